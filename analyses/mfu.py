@@ -24,7 +24,11 @@ Algorithm (README.md "Analyses": MFU):
      adds f/3 of the model FLOPs (forward = 1/3 of 6N): hardware FLOPs = model · (1 + f/3).
      Declared/PaLM FLOPs are model FLOPs; sidecar/shape counts are executed (hardware) FLOPs.
      hfu_pct is null while recompute is unknown.
-  5. Job: total model FLOPs / (Σ over steps of the slowest rank's step time · Σ of rank peaks).
+  5. Job: total model FLOPs / (Σ over steps of the slowest rank's step time · Σ of rank peaks),
+     steps lined up across ranks by the run's step (``traceprof.ingest.matching.run_steps``: a
+     rank whose trace numbers its steps from another base joins the others' steps). A rank whose
+     trace steps its sidecar does not number is lined up with the sidecar by order, or left out
+     with a note (``traceprof.engine.flops``), never silently.
      A rank-step whose window also holds a step the rank's trace lost (a ProfilerStep missing
      between two it has, ``traceprof.ingest.matching.absorbing_steps``) has two steps' time and one
      step's FLOPs: its tflops and mfu_pct are left empty, and the job and the waterfall leave it out.
@@ -72,6 +76,7 @@ from traceprof.engine.analysis import (
 from traceprof.engine.arrivals import excluded_steps
 from traceprof.engine.flops import CAUSAL_CONVENTION, account
 from traceprof.engine.peaks import canonical_dtype, kernel_precision, match_device, rank_devices
+from traceprof.ingest.matching import run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -449,7 +454,8 @@ def run(store: Store, params: Params) -> Result:
         )
     waterfall, wnote = _waterfall(store, run_id, params, whole, acc.source, cp)
     notes += [_convention(acc.source), wnote, *(n for n in (excluded_note(store, run_id),) if n)]
-    job = _job(whole, hw if f is not None else None).with_columns(
+    # the job lines its ranks' steps up by the run's step (a rank numbering them from another base)
+    job = _job(run_steps(store, run_id, whole), hw if f is not None else None).with_columns(
         pl.lit(dtype).alias("dtype"),
         pl.lit(dtype_source).alias("dtype_source"),
         pl.lit(

@@ -6,7 +6,10 @@ Algorithm:
      entries, NCCL profiler-plugin events, NCCL Inspector records): per op (``collectives.op``), over the run and per rank,
      the statistics of end - start (``traceprof.analyses._summary``) and the bytes moved (``bytes_in``).
      Rows without both times (gloo Flight Recorder entries record only their enqueue) count in
-     ``instances_total`` but not in the time statistics.
+     ``instances_total`` but not in the time statistics. A call that two sources recorded on one rank
+     (a Kineto trace and a Flight Recorder dump) counts once, as the row of the source kept
+     (``traceprof.core.schema.COLLECTIVE_COPIES_SQL``: the kernel or gloo work over Flight Recorder), with
+     a note.
   2. Communication kernels (``events.class = 'comm'``, GPU sources only): the same statistics per
      kernel name (table ``kernels``); flagged kernels as ``kernel_sum`` counts them (their recorded
      durations, unless unknown), with a note.
@@ -50,15 +53,15 @@ from traceprof.core import columns as rc
 from traceprof.core.classify import DURATION_SQL
 from traceprof.core.errors import AnalysisError
 from traceprof.core.links import NETWORKS, choose_ceiling
-from traceprof.core.schema import Column
+from traceprof.core.schema import COLLECTIVE_COPIES_SQL, Column
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register
 from traceprof.engine.peaks import rank_devices
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
 _TIMED = (
-    "SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM collectives "
-    "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL"
+    f"SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM ({COLLECTIVE_COPIES_SQL}) "
+    "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND copy_of IS NULL"
 )
 #: NCCL Inspector records written without kernel times (not verbose: no ``event_trace_ts``) still
 #: report their duration, ``coll_exec_time_us``, kept in their event's args: rows of :data:`_TIMED`.
@@ -82,10 +85,18 @@ _UNTIMED_INSPECTOR = (
 #: The communication kernels of the run, before the duration rule (module doc, step 2).
 _KERNEL_SELECT = "FROM events e WHERE e.run_id = $run AND e.kind = 'kernel' AND e.class = 'comm'"
 _KERNELS = f"SELECT e.rank, e.name, e.dur_ns {_KERNEL_SELECT} AND {DURATION_SQL}"
-_COUNTS = """
-SELECT op AS name, count(*)::BIGINT AS instances_total, sum(bytes_in)::BIGINT AS bytes_in,
+#: Calls per op, each once where two sources recorded it (``COLLECTIVE_COPIES_SQL``); ``sources``
+#: names every source that recorded one.
+_COUNTS = f"""
+SELECT op AS name, count(*) FILTER (copy_of IS NULL)::BIGINT AS instances_total,
+       sum(bytes_in) FILTER (copy_of IS NULL)::BIGINT AS bytes_in,
        string_agg(DISTINCT source, ',' ORDER BY source) AS sources
-FROM collectives WHERE run_id = ? GROUP BY op
+FROM ({COLLECTIVE_COPIES_SQL}) WHERE run_id = ? GROUP BY op
+"""
+#: The rows left out as another source's record of the same call, per (copy's source, source kept).
+_COPIES = f"""
+SELECT source, copy_of, count(*) AS n FROM ({COLLECTIVE_COPIES_SQL})
+WHERE run_id = ? AND copy_of IS NOT NULL GROUP BY ALL ORDER BY ALL
 """
 _SPLIT = """
 SELECT {keys}op AS name, sum(span_ns)::BIGINT AS span_ns,
@@ -169,7 +180,10 @@ SPEC = Analysis(
             "Per collective op over the run (durations: end - start of the timed rows; null when none "
             "is timed)",
             *rc.summary_columns("collective", per_rank=False),
-            rc.count("instances_total", "All rows of the op, timed or not"),
+            rc.count(
+                "instances_total",
+                "Calls of the op, timed or not; a call that two sources recorded on one rank once",
+            ),
             rc.number("bytes_in", "Input size, summed", "bytes", "BIGINT"),
             rc.text("sources", "Collectives sources of the rows"),
             *_SPLIT_COLUMNS,
@@ -239,7 +253,12 @@ def run(store: Store, params: Params) -> Result:
     kernels = summarize_run(store, run_id, _KERNELS)  # its per-rank frame is not shown
     if counts.is_empty() and kernels.is_empty():
         raise AnalysisError(f"{run_label(store, run_id)}: no collectives and no communication kernels")
-    notes = (
+    notes = [
+        f"{n} {src} rows record the same calls as {kept} rows (same rank, op and process group sequence "
+        f"number, or size and time): counted once, as {kept}'s"
+        for src, kept, n in store.sql(_COPIES, [run_id]).iter_rows()
+    ]
+    notes += (
         [
             f"{untimed} NCCL Inspector records have no kernel times (written without "
             "NCCL_INSPECTOR_DUMP_VERBOSE=1, or kernel times never recorded): their durations are the "

@@ -967,10 +967,12 @@ def analyze(
             say(line, out)
         return
     if name == "list":
-        rows = [{"name": a.name, "summary": a.summary} for a in registry.specs()]
+        # the summary without its leading "NAME: " (the name column says it), as docs/analyses.md
+        rows = [{"name": a.name, "summary": a.summary.removeprefix(f"{a.name}: ")} for a in registry.specs()]
         if fmt is Format.table:
+            wide = max(len(r["name"]) for r in rows)  # critical_path ran into its summary at 12
             for r in rows:
-                say(f"{r['name']:12} {r['summary']}", out)
+                say(f"{r['name']:{wide}}  {r['summary']}", out)
         else:
             render(pl.DataFrame(rows), fmt, "analyses", raw)
         return

@@ -417,3 +417,57 @@ def test_a_step_holding_a_lost_step_sets_no_figure(store, tmp_path):
     # the waterfall's account leaves it out too: 4 rank-steps of 1 ms, 4 x 5e10 / 1e14 s = 2 ms at peak
     wf = dict(res.waterfall.select("component", "ns").rows())
     assert wf["MFU"] == 2_000_000 and sum(wf.values()) == 4_000_000
+
+
+def _renumbered(tmp_path, drop_sidecar_step: str | None = None):
+    """sample_traces/normal with rank 1's ProfilerStep#4..6 renamed #104..106 in its trace only
+    (t14 stepshift); ``drop_sidecar_step``: a step removed from rank 1's sidecar too."""
+    import gzip
+    import json
+    import shutil
+
+    from tests.conftest import SAMPLES
+
+    d = tmp_path / "stepshift"
+    shutil.copytree(SAMPLES / "normal", d)
+    f = d / "rank1.trace.json.gz"
+    text = gzip.decompress(f.read_bytes()).decode()
+    for k in (4, 5, 6):
+        text = text.replace(f'"ProfilerStep#{k}"', f'"ProfilerStep#{100 + k}"')
+    f.write_bytes(gzip.compress(text.encode()))
+    if drop_sidecar_step:
+        meta = d / "rank1.meta.json"
+        m = json.loads(meta.read_text())
+        m["flops_per_step"].pop(drop_sidecar_step)
+        meta.write_text(json.dumps(m))
+    return d
+
+
+def test_a_rank_whose_trace_renumbers_its_steps_is_not_dropped(store, tmp_path):
+    """t14 D3: every rank's sidecar counts 1,511,071,744 FLOPs per step (steps 4..6); rank 1's trace
+    numbers them #104..#106. By hand: 4 ranks x 3 steps x 1,511,071,744 = 18,132,860,928 FLOPs over 3
+    steps (before: 3 ranks, 13,599,645,696 FLOPs, no note): rank 1 lined up by order, with a note,
+    and its steps joined with the others' #4..#6 in the job (time as sample 'normal' alone)."""
+    ingest(store, [_renumbered(tmp_path)], run="shift")
+    sample_run(store, "normal")
+    res = analyze(store, "mfu", "shift")
+    job = res.job.row(0, named=True)
+    assert (job["ranks"], job["steps"], job["flops"]) == (4, 3, 18_132_860_928.0)
+    assert job["time_ns"] == analyze(store, "mfu", "normal").job["time_ns"][0]
+    assert res.frame.filter(pl.col("rank") == 1)["flops"].to_list() == [1_511_071_744.0] * 3
+    assert any(
+        "rank 1: trace steps #104..#106 are not in its sidecar, which numbers #4..#6: lined up by order" in n
+        for n in map(str, res.notes)
+    )
+
+
+def test_a_rank_step_without_sidecar_flops_is_named(store, tmp_path):
+    """Rank 1's sidecar lacks step 5 as well: 3 trace steps, 2 sidecar counts, not lined up; its 3
+    steps are left out, named. By hand: 3 ranks x 3 x 1,511,071,744 = 13,599,645,696 FLOPs."""
+    ingest(store, [_renumbered(tmp_path, drop_sidecar_step="5")], run="shift")
+    res = analyze(store, "mfu", "shift")
+    assert (res.job["ranks"][0], res.job["flops"][0]) == (3, 13_599_645_696.0)
+    assert any(
+        "rank 1: trace steps #104..#106 have no sidecar FLOPs (its sidecar numbers #4, #6): left out" in n
+        for n in map(str, res.notes)
+    )

@@ -14,6 +14,7 @@ from tests.conftest import REPO, SAMPLES, analyze, corpus
 from traceprof.collectors.nccl_profiler.parse import parse as plugin_parse
 from traceprof.core import links
 from traceprof.core.errors import UsageError
+from traceprof.core.schema import COLLECTIVE_COPIES_SQL
 from traceprof.ingest.ingest import ingest
 
 #: Every micro collective below moves its data in 65.536 us after the last rank arrives, so that a
@@ -574,3 +575,68 @@ def test_no_infinite_bandwidth_on_samples(samples):
         "OR isnan(busbw_gbps)"
     ).item()
     assert inf == 0
+
+
+def test_a_call_two_sources_recorded_counts_once(tmp_path):
+    """t14 D2: straggler_rank2 holds per rank a Kineto trace (gloo work, no sequence numbers) and a
+    Flight Recorder dump (29 all-reduces: seq 5 and 8..35, enqueue only). The 12 profiled
+    all-reduces are FR seq 20..31 again (sample README), created 15-70 us after their gloo enqueue
+    and before the gloo work ends. By hand from the dumps (float32): 4 ranks x 29 = 116 all-reduces,
+    4 x (532,480 + 21 x 131,072 + 7 x 139,264) x 4 B = 68,157,440 B (before: 164 and 93,716,480,
+    the 48 gloo rows counted again); collective_perf: 35 FR entries x 4 = 140 calls, the 48 profiled as gloo's rows
+    (before: 140 FR + 48 gloo rows)."""
+    from traceprof.storage.store import Store
+
+    with Store(tmp_path / "s.duckdb") as s:
+        ingest(s, [SAMPLES / "straggler_rank2"])
+        res = analyze(s, "nccl_sum", "straggler_rank2")
+        ar = res.frame.filter(res.frame["name"] == "all_reduce").row(0, named=True)
+        assert (ar["instances_total"], ar["bytes_in"], ar["sources"]) == (116, 68_157_440, "fr,gloo")
+        assert ar["instances"] == 48  # the timed calls: gloo's
+        assert any("48 fr rows record the same calls as gloo rows" in n for n in res.notes)
+        got = s.sql("SELECT source, count(*) FROM collective_perf GROUP BY ALL ORDER BY ALL").rows()
+        assert got == [("fr", 92), ("gloo", 48)]
+        # every FR copy is one of seq 20..31, each gloo row stands for one of them
+        seqs = s.sql(
+            f"SELECT DISTINCT seq FROM ({COLLECTIVE_COPIES_SQL}) WHERE copy_of = 'gloo' ORDER BY seq"
+        )["seq"].to_list()
+        assert seqs == list(range(20, 32))
+
+
+def test_copies_by_sequence_number_pair_one_to_one():
+    """The rule's other half, on a bare ``collectives`` table: rank 0's Kineto NCCL kernels of
+    all-reduces seq 1..3 (pg '0') and its Flight Recorder entries seq 1..4, enqueued ahead of the
+    GPU (entry k+1 created while kernel k runs, so order and overlap would pair them wrongly). By
+    hand: FR seq 1..3 are the kernels' copies, FR seq 4 (after the profiled window) is counted, every
+    kernel is counted: 4 calls; a second group '1' with the same seq numbers is no copy of group '0'."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE collectives (run_id INT, rank INT, trace_id INT, source VARCHAR, pg VARCHAR, p2p BOOLEAN, "
+        "seq BIGINT, op VARCHAR, bytes_in BIGINT, nelems_in BIGINT, enter_ns BIGINT, start_ns BIGINT, "
+        "end_ns BIGINT, ordinal INT)"
+    )
+    rows = [
+        (1, 0, 1, "nccl_kernel", "0", False, k, "all_reduce", 64, 16, 100 * k, 100 * k + 50, 100 * k + 140, k)
+        for k in (1, 2, 3)
+    ]
+    rows += [
+        (1, 0, 2, "fr", "0", False, k, "all_reduce", 64, 16, 100 * k - 90, 100 * k + 50, 100 * k + 140, k)
+        for k in (1, 2, 3, 4)
+    ]
+    rows += [(1, 0, 2, "fr", "1", False, 1, "all_reduce", 64, 16, 5, None, None, 5)]
+    con.executemany("INSERT INTO collectives VALUES (" + ", ".join("?" * 14) + ")", rows)
+    got = con.execute(
+        f"SELECT source, pg, seq, copy_of FROM ({COLLECTIVE_COPIES_SQL}) ORDER BY source, pg, seq"
+    ).fetchall()
+    assert got == [
+        ("fr", "0", 1, "nccl_kernel"),
+        ("fr", "0", 2, "nccl_kernel"),
+        ("fr", "0", 3, "nccl_kernel"),
+        ("fr", "0", 4, None),
+        ("fr", "1", 1, None),
+        ("nccl_kernel", "0", 1, None),
+        ("nccl_kernel", "0", 2, None),
+        ("nccl_kernel", "0", 3, None),
+    ]

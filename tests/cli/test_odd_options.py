@@ -181,7 +181,15 @@ def test_analyze_list_help_is_help_not_the_list():
     )
     assert "critical_path" not in out
     assert run("analyze", "list", "-h")[1] == out
-    assert "critical_path critical_path: " in run("analyze", "list")[1]  # the list itself, as before
+    listed = run("analyze", "list")[1]  # the list itself: names in a column as wide as the longest,
+    # each summary without the name (t14: "critical_path critical_path: ...", the column 12 wide)
+    assert listed.splitlines()[0].startswith("critical_path  where every nanosecond")
+    assert "desync         which ranks fell out of step" in listed and "critical_path:" not in listed
+
+
+def test_an_unknown_analysis_suggests_the_nearest():
+    code, _, err = run("analyze", "straggler")
+    assert code == 1 and "no analysis 'straggler'; did you mean 'stragglers'? choose one of:" in err
 
 
 def test_the_typer_words_pattern_finds_what_typer_printed():

@@ -35,3 +35,19 @@ def test_a_p_value_keeps_two_significant_digits():
         rows = list(display.table_rows(df, units))
         assert [r[0] for r in rows] == [r[2] for r in rows] == ["6e-08", "0.0028", "0.34", ""]
         assert [r[1] for r in rows] == ["0.00", "0.00", "0.34", ""]  # other floats as before
+
+
+def test_a_value_below_the_columns_unit_keeps_three_significant_digits():
+    """t14 D6: mfu's waterfall (straggler_rank2) puts idle 545,282 ns beside 531 ms of compute: the
+    column is in ms with 0 decimals (median 122 ms >= 100), so idle read "1" (0.545 rounded up, 83 %
+    off). By hand: 545,282 / 1e6 = 0.545282 -> "0.545"; 98 ms and 0 stay as they were; a sub-unit
+    value that already shows two digits at the column's decimals (0.50 in a column of 2) keeps them."""
+    df = pl.DataFrame({"ns": [545_282, 98_000_000, 122_000_000, 531_000_000, 0]})
+    assert [r[0] for r in display.table_rows(df)] == ["0.545", "98", "122", "531", "0"]
+    assert [c.header for c in display.column_formats(df)] == ["time (ms)"]
+    two = display.ColumnFormat("x (ms)", "duration", 1e6, "ms", 2)
+    assert [display.format_cell(v, two) for v in (500_000, 45_000, 4_000)] == ["0.50", "0.045", "0.004"]
+    # the report renders the same cells
+    from traceprof.render.report import _table_html
+
+    assert ">0.545</td>" in _table_html(df)

@@ -6,7 +6,8 @@ Typer-free so that it can be tested alone; ``traceprof.cli`` prints what this re
 here: they keep exact ns and full names.
 
 - ``units="human"`` (default): an int ``*_ns`` duration column is shown in one unit, s, ms, us or
-  ns, chosen by the column's median (three significant digits there), the header saying it
+  ns, chosen by the column's median (three significant digits there; a value below one unit whose
+  rounding would keep fewer than two significant digits, three: ``0.545``, not ``1``), the header saying it
   (``step_ns`` -> ``step (ms)``); FLOP counts and byte sizes likewise (``flops (GFLOP)``,
   ``peak_bytes (GiB)``); a diff's metrics table each row in its metric's unit. A timestamp column (``ts_ns``, ``start_ns``,
   ``end_ns``, ``enter_ns``, ``*_start_ns``, ``*_arrival_ns`` ...: epoch ns, not a duration) is shown
@@ -329,12 +330,17 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
     if f.kind in ("duration", "scaled"):
         x = v / f.scale
         text = f"{x:,.{f.decimals}f}"
-        if x and not any(ch in "123456789" for ch in text):  # far below the column's unit: 3 digits
-            text = f"{x:.3g}"
+        if x and abs(x) < 1 and _significant(text) < 2:  # below the column's unit: 3 digits
+            text = f"{x:.3g}"  # 545,282 ns in a ms column of whole numbers: 0.545, not 1
         return text
     if f.kind == "metric" and row_metric is not None:
         return _metric_cell(v, row_metric)
     return value_cell(f.header, v, f.decimals)
+
+
+def _significant(text: str) -> int:
+    """Significant digits of a formatted number (``1`` -> 1, ``0.04`` -> 1, ``0.50`` -> 2)."""
+    return len(text.lstrip("-").replace(",", "").replace(".", "").lstrip("0"))
 
 
 def shown_rows(df: pl.DataFrame, most: int, worst: str = "") -> tuple[pl.DataFrame, str]:

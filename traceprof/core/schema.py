@@ -28,6 +28,7 @@ __all__ = [
     "ARRIVAL_FIRST_SQL",
     "ARRIVAL_NEXT_SQL",
     "ARRIVAL_SQL",
+    "COLLECTIVE_COPIES_SQL",
     "INSTANCE_ARRIVAL_SQL",
     "EVENT_KINDS",
     "LAUNCH_KINDS",
@@ -119,6 +120,45 @@ ARRIVAL_CLOCK_SQL = (
     f"OR NOT bool_or(({ARRIVAL_FIRST_SQL}) IS NOT NULL) OVER ({_INSTANCE}) THEN 'first' "
     f"WHEN {_all_have(ARRIVAL_NEXT_SQL, ARRIVAL_FIRST_SQL, _INSTANCE)} THEN 'next' ELSE 'none' END"
 )
+
+#: Order in which sources are kept when two record the same collective on one rank (first kept):
+#: the GPU kernel, the NCCL plugins, gloo work, the CPU enqueue, NDTimeline, then Flight Recorder
+#: (its gloo entries hold only the enqueue; the traces' rows hold the work's times).
+_KEEP_ORDER = (
+    CollectiveSource.nccl_kernel,
+    CollectiveSource.nccl_inspector,
+    CollectiveSource.nccl_profiler,
+    CollectiveSource.gloo,
+    CollectiveSource.record_param_comms,
+    CollectiveSource.ndtimeline,
+    CollectiveSource.fr,
+)
+_KEEP_RANK = "CASE source " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(_KEEP_ORDER)) + " END"
+_SAME_CALL = "PARTITION BY run_id, rank, pg, coalesce(p2p, false), seq, op"
+_SAME_KIND = "PARTITION BY run_id, rank, op, coalesce(p2p, false), coalesce(bytes_in, nelems_in)"
+#: SQL query: every ``collectives`` row with ``copy_of``, the source of the row kept in its place
+#: when another source recorded the same collective on the same rank (a Kineto / gloo trace and a
+#: Flight Recorder dump of one run), NULL for a row counted. Two rows of two sources are one call
+#: when (1) both know their process group and sequence number and these, the op and the p2p flag
+#: are equal; or (2) one lacks a sequence number (gloo annotations, old Kineto), they have the same
+#: op, p2p flag and size (``bytes_in``, else ``nelems_in``), are next to each other in the rank's
+#: arrival order (:data:`ARRIVAL_SQL`) of those, and the earlier one is still running (its end at
+#: or after the later arrival; a Flight Recorder gloo entry is created 15 to 70 us after the c10d
+#: enqueue). The row of the source first in :data:`_KEEP_ORDER` is kept; under (2) only the later
+#: of the pair can be the copy, so a row kept stands for at most one copy. One sort per rank:
+#: n log n. ``nccl_sum``'s counts and the ``collective_perf`` view read it.
+COLLECTIVE_COPIES_SQL = f"""
+SELECT * EXCLUDE (keep_rank, arr, first_rank, first_src, p_src, p_end, p_seq, p_rank),
+       CASE WHEN seq IS NOT NULL AND pg IS NOT NULL AND first_rank < keep_rank THEN first_src
+            WHEN p_src <> source AND (seq IS NULL OR p_seq IS NULL) AND p_end >= arr AND p_rank < keep_rank
+            THEN p_src END AS copy_of
+FROM (SELECT *, min(keep_rank) OVER ({_SAME_CALL}) AS first_rank,
+             arg_min(source, keep_rank) OVER ({_SAME_CALL}) AS first_src,
+             lag(source) OVER w AS p_src, lag(end_ns) OVER w AS p_end, lag(seq) OVER w AS p_seq,
+             lag(keep_rank) OVER w AS p_rank
+      FROM (SELECT *, {_KEEP_RANK} AS keep_rank, {ARRIVAL_SQL} AS arr FROM collectives)
+      WINDOW w AS ({_SAME_KIND} ORDER BY arr, keep_rank, trace_id, ordinal))
+"""
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,
 #: PrivateUse1); their ``correlation`` links them to the GPU rows they started.
@@ -648,7 +688,8 @@ FROM (SELECT run_id, rank, trace_id,
     ),
     Table(
         "collective_perf",
-        "One collective call on one rank (a collectives row) with its time split into wait, launch and transfer "
+        "One collective call on one rank (a collectives row; a call two sources recorded, once: the row kept by "
+        "COLLECTIVE_COPIES_SQL, e.g. gloo's over Flight Recorder's) with its time split into wait, launch and transfer "
         "and its bandwidth as nccl-tests defines it; a source that reports its own figures (NCCL Inspector) keeps "
         "them in columns of their own, beside these, which are always computed from the times",
         (
@@ -753,7 +794,7 @@ WITH a AS (
   SELECT c.*, {INSTANCE_ARRIVAL_SQL} AS arrival_ns,
          CASE WHEN instance_id IS NOT NULL THEN max(start_ns) OVER (PARTITION BY run_id, instance_id)
               ELSE start_ns END AS last_start_ns
-  FROM collectives c
+  FROM ({COLLECTIVE_COPIES_SQL}) c
 ),
 -- runs that lack traces of some ranks of the job: there, the ranks seen in a group are not its size
 partial AS (
@@ -785,7 +826,7 @@ SELECT run_id, rank, trace_id, source, pg, pg_ranks, seq, op, dtype, step, insta
        CASE WHEN transfer > 0 THEN size_b / transfer END AS algbw_gbps,
        CASE WHEN transfer > 0 THEN size_b / transfer * factor END AS busbw_gbps,
        reported_algbw_gbps, reported_busbw_gbps
-FROM s
+FROM s WHERE copy_of IS NULL
 """,
     ),
     Table(

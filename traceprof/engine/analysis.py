@@ -34,6 +34,7 @@ the :class:`traceprof.engine.session.Session` attached to the store; a bare stor
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import importlib
 import importlib.metadata
@@ -674,7 +675,9 @@ def get(name: str) -> Analysis:
     if name not in _REGISTRY:
         load_all()
     if name not in _REGISTRY:
-        raise UsageError(f"no analysis {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}")
+        near = difflib.get_close_matches(name, sorted(_REGISTRY), n=1)  # straggler -> stragglers
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise UsageError(f"no analysis {name!r}; {hint}choose one of: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
 
 

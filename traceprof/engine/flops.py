@@ -528,9 +528,8 @@ def account(
         if name == "sidecar":
             side = sidecar_flops(store, run_id)
             if not side.is_empty():
-                return FlopsAccount(
-                    steps.join(side, on=["rank", "step"], how="inner"), name, dtype, shapes=shapes
-                )
+                per, notes = _sidecar_steps(steps, side)
+                return FlopsAccount(per, name, dtype, notes, shapes)
         if name == "shapes" and shapes["flops"].sum() > 0:
             return _from_shapes(steps, shapes, dtype)
         if source != "auto":
@@ -540,6 +539,47 @@ def account(
         "tokens_per_step for the PaLM formula), or record with the traceprof collector (sidecar) or "
         "with record_shapes=True"
     )
+
+
+def _steps_text(steps: list[int]) -> str:
+    """``#4..#6`` for a run of consecutive step numbers, else ``#4, #7``."""
+    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"#{steps[0]}..#{steps[-1]}"
+    return ", ".join(f"#{x}" for x in steps)
+
+
+def _sidecar_steps(steps: pl.DataFrame, side: pl.DataFrame) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """The sidecar's FLOPs on the trace's steps (columns rank, step, flops) and a note per rank whose
+    trace has steps its sidecar does not number (never a silent drop: t14's rank 1 renumbered
+    #104..#106 against its sidecar's #4..#6 fell out of the job). A rank whose trace and sidecar both
+    hold n steps, none in common, is lined up by order (the k-th trace step takes the k-th sidecar
+    count: one profiling session numbered from another base); otherwise its unmatched steps are
+    left out of the MFU, the job and the waterfall. One sort per rank."""
+    joined = steps.join(side, on=["rank", "step"], how="left")
+    lost = joined.filter(pl.col("flops").is_null())
+    if lost.is_empty():
+        return joined, ()
+    notes, parts = [], [joined.filter(pl.col("flops").is_not_null())]
+    for (rank,), own in lost.group_by(["rank"], maintain_order=True):
+        trace = sorted(steps.filter(pl.col("rank") == rank)["step"].to_list())
+        car = sorted(side.filter(pl.col("rank") == rank)["step"].to_list())
+        missing = sorted(own["step"].to_list())
+        known = f"its sidecar numbers {_steps_text(car)}" if car else "it has no sidecar FLOPs"
+        if car and len(car) == len(trace) and not set(car) & set(trace):
+            flops = side.filter(pl.col("rank") == rank).sort("step")["flops"]
+            parts.append(pl.DataFrame({"rank": [rank] * len(trace), "step": trace, "flops": flops}))
+            notes.append(
+                f"rank {rank}: trace steps {_steps_text(trace)} are not in its sidecar, which numbers "
+                f"{_steps_text(car)}: lined up by order (the k-th step takes the k-th sidecar count)"
+            )
+        else:
+            notes.append(
+                f"rank {rank}: trace steps {_steps_text(missing)} have no sidecar FLOPs ({known}): "
+                "left out of the MFU, the job and the waterfall (pass flops_source=shapes to count them "
+                "from op shapes)"
+            )
+    per = pl.concat([p.cast(joined.schema) for p in parts]).sort("rank", "step")
+    return per, tuple(notes)
 
 
 def _from_shapes(steps: pl.DataFrame, shapes: pl.DataFrame, dtype: str | None) -> FlopsAccount:

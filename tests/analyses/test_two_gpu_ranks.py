@@ -11,6 +11,7 @@ device: the all-reduce is exposed whole (device 0 computes nothing in [450, 550]
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -149,3 +150,24 @@ def test_one_gpu_ranks_get_no_note(store: Store) -> None:
     tl = step_timeline(store, run)
     assert not isinstance(tl, str) and SEVERAL not in tl.note
     assert not any(SEVERAL in n for n in timing.profile(store, run).notes)
+
+
+def test_stragglers_device_note_reads_events_not_the_kernels_view(
+    two: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # By hand (module doc): ranks 0 and 1 each hold GEMMs on devices 0 and 1 -> the note names 0, 1.
+    # Its query reads events (rank, device) alone: the kernels view would also join every GPU row
+    # to its launch call and number a launch's rows (0.77 s of CPU on 8 x 1M for a note).
+    from analyses import stragglers
+
+    asked: list[str] = []
+    real = Store.sql
+
+    def spy(self: Store, sql: str, *args: object, **kw: object) -> pl.DataFrame:
+        asked.append(sql)
+        return real(self, sql, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "sql", spy)
+    note = stragglers._multi_device_note(two, two.resolve_run(None))
+    assert note is not None and str(note).startswith("rank(s) 0, 1 drive several GPUs")
+    assert asked and not any(re.search(r"\bFROM\s+kernels\b", q) for q in asked)

@@ -18,6 +18,7 @@ from traceprof.engine.intervals import (
     concat_taking,
     merge,
     overlapped_range,
+    sorting,
     subtract,
     union_ns,
 )
@@ -229,3 +230,44 @@ def test_overlapped_range_is_the_run_of_positions_an_interval_meets():
     got = overlapped_range(a, b, ["rank"], "p").sort("rank", "start_ns")
     assert got.select("_i0", "_i1").rows() == [(0, 1), (1, 0), (2, 1), (2, 2), (None, 2), (None, None)]
     assert got.columns == ["rank", "start_ns", "end_ns", "_i0", "_i1"]
+
+
+def test_sorting_by_hand() -> None:
+    """Positions that sort rows by (rank, start, end), ascending, nulls last, ties in the order
+    given; None for rows in order already. By hand: rows (0, 5, 9), (0, 3, 4), (1, 1, 2), (0, 3, 4)
+    -> rank 0's (3, 4) at 1 and 3 (a tie: 1 first), then (0, 5, 9) at 0, then rank 1 at 2:
+    [1, 3, 0, 2]. With a null rank, (None, 1), (0, 2), (0, 1) -> [2, 1, 0]."""
+
+    def cols(**kw: list[int | None]) -> list[pl.Series]:
+        return [pl.Series(k, v, dtype=pl.Int64) for k, v in kw.items()]
+
+    at = sorting(cols(rank=[0, 0, 1, 0], start=[5, 3, 1, 3], end=[9, 4, 2, 4]))
+    assert at is not None and at.to_list() == [1, 3, 0, 2]
+    assert sorting(cols(rank=[0, 0, 0, 1], start=[3, 3, 5, 1], end=[4, 4, 9, 2])) is None  # in order, a tie
+    assert sorting(cols(rank=[0], start=[1], end=[2])) is None
+    at = sorting(cols(rank=[None, 0, 0], start=[1, 2, 1]))
+    assert at is not None and at.to_list() == [2, 1, 0]
+    assert sorting(cols(rank=[0, 1, None], start=[1, 2, 3])) is None  # in order: the null last
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sorting_is_polars_stable_sort(seed: int) -> None:
+    # rows nearly in order (a few swapped) and in random order, keys with many ties: the rows
+    # gathered at the positions are polars' stable sort of them (nulls last)
+    rng = random.Random(seed)
+    n = 500
+    start = sorted(rng.randrange(50) for _ in range(n))
+    for _ in range(20):
+        i = rng.randrange(n - 1)
+        start[i], start[i + 1] = start[i + 1], start[i]
+    for order in (start, rng.sample(start, n)):
+        df = pl.DataFrame(
+            {
+                "rank": [rng.randrange(3) for _ in range(n)],
+                "start": order,
+                "end": [rng.randrange(5) for _ in range(n)],
+            }
+        ).with_row_index("i")
+        at = sorting([df["rank"], df["start"], df["end"]])
+        got = df if at is None else df[at]
+        assert got.equals(df.sort("rank", "start", "end", maintain_order=True, nulls_last=True))

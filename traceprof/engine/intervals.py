@@ -483,6 +483,34 @@ def _strictly_sorted(df: pl.DataFrame, keys: list[str]) -> bool:
     return bool(df.select(after.slice(1).all()).item())
 
 
+def sorting(keys: list[pl.Series]) -> pl.Series | None:
+    """The row positions (UInt32/Int64 Series) that sort rows by the columns ``keys`` (each of the
+    rows' length; ascending, lexicographic, nulls last, rows that tie on every key in the order
+    given), or None when the rows are in that order already (or there are fewer than two, or no
+    keys): one pass to check, then a stable sort, which on rows nearly in order costs little
+    more than the pass (numpy's timsort, key by key from the last; polars' where a key holds
+    nulls). Rows read from the store come nearly sorted (stored order): a full sort on read
+    (DuckDB's ORDER BY, a polars sort) pays for disorder that is mostly not there."""
+    import numpy as np
+
+    n = len(keys[0]) if keys else 0
+    if n < 2:
+        return None
+    if any(k.null_count() for k in keys):
+        df = pl.DataFrame(keys)
+        at = df.select(pl.arg_sort_by(df.columns, nulls_last=True, maintain_order=True)).to_series()
+        return None if bool((at.diff().drop_nulls() == 1).all()) else at
+    arrays = [k.to_numpy() for k in keys]
+    after = np.zeros(n - 1, bool)
+    tie = np.ones(n - 1, bool)
+    for a in arrays:
+        after |= tie & (a[1:] > a[:-1])
+        tie &= a[1:] == a[:-1]
+    if (after | tie).all():
+        return None
+    return pl.Series(np.lexsort(arrays[::-1]))
+
+
 def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
     """Whether ``df`` is sorted by ``keys`` (ascending, lexicographic, nulls first): one linear
     pass, so that a frame sorted once (``traceprof.engine.activity`` is sorted by rank and start) is not

@@ -146,8 +146,12 @@ _SAME_KIND = "PARTITION BY run_id, rank, op, coalesce(p2p, false), coalesce(byte
 #: or after the later arrival; a Flight Recorder gloo entry is created 15 to 70 us after the c10d
 #: enqueue). The row of the source first in :data:`_KEEP_ORDER` is kept; under (2) only the later
 #: of the pair can be the copy, so a row kept stands for at most one copy. One sort per rank:
-#: n log n. ``nccl_sum``'s counts and the ``collective_perf`` view read it.
+#: n log n, and only on ranks holding two sources (others pass through with ``copy_of`` NULL).
+#: ``nccl_sum``'s counts and the ``collective_perf`` view read it.
 COLLECTIVE_COPIES_SQL = f"""
+WITH two AS (SELECT run_id, rank FROM collectives GROUP BY run_id, rank HAVING count(DISTINCT source) > 1)
+SELECT c.*, nullif(c.source, c.source) AS copy_of FROM collectives c ANTI JOIN two USING (run_id, rank)
+UNION ALL BY NAME
 SELECT * EXCLUDE (keep_rank, arr, first_rank, first_src, p_src, p_end, p_seq, p_rank),
        CASE WHEN seq IS NOT NULL AND pg IS NOT NULL AND first_rank < keep_rank THEN first_src
             WHEN p_src <> source AND (seq IS NULL OR p_seq IS NULL) AND p_end >= arr AND p_rank < keep_rank
@@ -156,7 +160,7 @@ FROM (SELECT *, min(keep_rank) OVER ({_SAME_CALL}) AS first_rank,
              arg_min(source, keep_rank) OVER ({_SAME_CALL}) AS first_src,
              lag(source) OVER w AS p_src, lag(end_ns) OVER w AS p_end, lag(seq) OVER w AS p_seq,
              lag(keep_rank) OVER w AS p_rank
-      FROM (SELECT *, {_KEEP_RANK} AS keep_rank, {ARRIVAL_SQL} AS arr FROM collectives)
+      FROM (SELECT c.*, {_KEEP_RANK} AS keep_rank, {ARRIVAL_SQL} AS arr FROM collectives c SEMI JOIN two USING (run_id, rank))
       WINDOW w AS ({_SAME_KIND} ORDER BY arr, keep_rank, trace_id, ordinal))
 """
 

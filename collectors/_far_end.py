@@ -29,6 +29,8 @@ spans, Kineto (``traceprof.collectors.kineto.checks``, step 3a) and Nsight Syste
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from traceprof.core.display import duration
@@ -42,6 +44,7 @@ __all__ = [
     "STEP_OVERLAP_REPAIR",
     "STEP_PAST_END_REPAIR",
     "count_repair",
+    "Reference",
     "reference_range",
     "far_ends",
     "far_records",
@@ -79,24 +82,47 @@ def count_repair(repaired: dict[str, int] | None, reason: str, n: int) -> None:
         repaired[reason] = repaired.get(reason, 0) + n
 
 
+class Reference(NamedTuple):
+    """A rank's reference range (:func:`reference_range`).
+
+    Attributes:
+        lo: Its start, ns.
+        hi: Its end, ns.
+        by_steps: Whether the rank's ProfilerSteps defined it.
+        bulk: Without steps, with a bulk pool: the first and the last start of the bulk, ns
+            (:func:`_bulk`), for :func:`far_records`; None otherwise (then nothing lies apart from it).
+    """
+
+    lo: int
+    hi: int
+    by_steps: bool
+    bulk: tuple[int, int] | None = None
+
+
 def reference_range(
-    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray, bulk: bool = False
-) -> tuple[int, int, bool]:
+    step: np.ndarray, ts: np.ndarray, dur: np.ndarray, skip: np.ndarray, bulk: np.ndarray | None = None
+) -> Reference:
     """The rank's reference range (ns): its ProfilerSteps (``step`` rows, not ``skip``), else the
-    1st..99th percentile of the other records' starts, with ``bulk`` of the starts of their bulk
-    (:func:`_bulk`: for the rules that flag what lies apart from it, which then leave out every
-    record the range does not reach; a rule that clips what ends past the range keeps the plain
-    percentiles, or it would clip the records of the side left out); and whether steps defined it.
+    1st..99th percentile of the other records' starts, with ``bulk`` (bool, the records whose
+    starts make the bulk) of the starts of their bulk (:func:`_bulk`: for the rules that flag what
+    lies apart from it, which then leave out every record the range does not reach; a rule that
+    clips what ends past the range keeps the plain percentiles, or it would clip the records of the
+    side left out); and whether steps defined it. The bulk's first and last start come back with it
+    (:attr:`Reference.bulk`), so that :func:`far_records` does not sort and split the starts again.
 
     O(n log n) in the records (a sort of the starts)."""
     steps = step & ~skip
     if steps.any():
-        return int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True
+        return Reference(int(ts[steps].min()), int((ts[steps] + dur[steps]).max()), True)
     pool = ts[~skip] if (~skip).any() else ts
-    if bulk:
-        pool = _bulk(np.sort(pool))
+    span = None
+    if bulk is not None:
+        # the bulk pool's own bulk; none to flag against when that pool is empty (the range is then
+        # of the bulk of the other records, as when the two pools were split apart separately)
+        pool = _bulk(np.sort(ts[bulk] if bulk.any() else pool))
+        span = (int(pool[0]), int(pool[-1])) if bulk.any() else None
     lo, hi = (int(v) for v in np.percentile(pool, [1, 99], method="nearest"))
-    return lo, hi, False
+    return Reference(lo, hi, False, span)
 
 
 def _bulk(st: np.ndarray) -> np.ndarray:
@@ -183,40 +209,41 @@ def far_ends(
 def far_records(
     ts: np.ndarray,
     pool: np.ndarray,
-    lo: int,
-    hi: int,
+    ref: Reference,
     margin: int,
-    by_steps: bool,
     cand: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Records far from the bulk of a trace (Kineto's ``far_outside``; Nsight Systems' GPU rows
     without a launch call): with steps, split the sorted starts of ``pool`` where two neighbours lie
     more than ``margin`` apart; the clusters that overlap the step range are the bulk; without
-    steps the bulk is :func:`_bulk`'s (the largest cluster and the neighbours it takes in); every
-    other record of ``cand`` is far. O(n log n).
+    steps the bulk is :func:`_bulk`'s (the largest cluster and the neighbours it takes in), found
+    once by :func:`reference_range` (``ref.bulk``); every other record of ``cand`` is far.
+    O(n log n) with steps, O(n) without.
 
     Args:
         ts: Start of each record, ns (int64).
-        pool: The records whose starts make the clusters (bool).
-        lo: Start of the reference range, ns (:func:`reference_range`).
-        hi: End of the reference range, ns.
+        pool: The records whose starts make the clusters (bool; without steps, the ``bulk`` pool
+            :func:`reference_range` was given).
+        ref: The reference range (:func:`reference_range`, with the bulk pool).
         margin: The gap that splits two clusters, ns (the range's length, at least
             :data:`FAR_MARGIN_MIN_NS`).
-        by_steps: Whether steps defined the range.
         cand: The records that may be far (bool, a subset of ``pool``); None: ``pool``.
 
     Returns:
-        (mask of the far records of ``cand``, end of the bulk: its last start, at least ``hi``).
+        (mask of the far records of ``cand``, end of the bulk: its last start, at least ``ref.hi``).
     """
+    lo, hi = ref.lo, ref.hi
     cand = pool if cand is None else cand
     far = np.zeros(len(ts), dtype=bool)
+    if not ref.by_steps:  # without steps the bulk alone decides (a tail after a pause is the run's own)
+        if ref.bulk is None:  # no starts in the pool
+            return far, hi
+        head, tail = ref.bulk
+        return cand & ((ts < head) | (ts > tail)), max(hi, tail)
     st = ts[pool]  # the starts, sorted in place (no index array: a cluster is a range of values)
     if not len(st):
         return far, hi
     st.sort()
-    if not by_steps:  # without steps the bulk alone decides (a tail after a pause is the run's own)
-        bulk = _bulk(st)
-        return cand & ((ts < bulk[0]) | (ts > bulk[-1])), max(hi, int(bulk[-1]))
     cut = np.concatenate(
         [np.flatnonzero(np.diff(st[at : at + _BLOCK + 1]) > margin) + at for at in range(0, len(st), _BLOCK)]
     )  # a block at a time: no array of every gap

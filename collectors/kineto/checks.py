@@ -179,9 +179,11 @@ def flag_records(
     # 3c. before the range is taken from the steps: a step that runs into the next ends where it
     #    starts, and a step that outlasts the trace ends with it
     _clip_steps_past_end(path, cols, kind_in, ~zero & unflagged, counts, warnings, repaired)
-    lo, hi, by_steps = reference_range(kind_in({"step"}), ts, dur, zero, bulk=True)
+    pool = unflagged & ~zero
+    ref = reference_range(kind_in({"step"}), ts, dur, zero, bulk=pool)
+    lo, hi, by_steps = ref.lo, ref.hi, ref.by_steps
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
-    far, hi = far_records(ts, unflagged & ~zero, lo, hi, margin, by_steps)
+    far, hi = far_records(ts, pool, ref, margin)
     ok_launch = launch & ~zero & ~far
 
     # 1. before_launch (against launch calls that are themselves sound): the earliest sound

@@ -143,9 +143,11 @@ def _flag_far_without_launch(
     if not cand.any():
         return []
     dur = np.fromiter((max(int(d), 0) for d in cols["dur_ns"]), np.int64, n)
-    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound, bulk=True)
+    pool = sound & (kind != _UNCHECKED)
+    ref = reference_range(kind == _STEP, ts, dur, ~sound, bulk=pool)
+    lo, hi, by_steps = ref.lo, ref.hi, ref.by_steps
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
-    far, _ = far_records(ts, sound & (kind != _UNCHECKED), lo, hi, margin, by_steps, cand)
+    far, _ = far_records(ts, pool, ref, margin, cand)
     rows = np.flatnonzero(far)
     if not len(rows):
         return []
@@ -189,7 +191,7 @@ def clip_far_ends(label: str, cols: dict[str, list[Any]]) -> tuple[list[str], di
     dur = np.fromiter(cols["dur_ns"], np.int64, n)
     sound = np.fromiter((f is None for f in cols["flag"]), bool, n)
     warnings, repaired = _clip_overlapping_steps(label, cols, ts, dur, (kind == _STEP) & sound & (dur >= 0))
-    lo, hi, by_steps = reference_range(kind == _STEP, ts, dur, ~sound)
+    lo, hi, by_steps, _ = reference_range(kind == _STEP, ts, dur, ~sound)
     margin = max(hi - lo, FAR_MARGIN_MIN_NS)
     where = "step range" if by_steps else "time range"
     rows, end = far_ends(ts, dur, sound, kind != _UNCHECKED, kind == _CPU, hi, margin)

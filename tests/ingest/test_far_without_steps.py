@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from tests.builders import kernel, kineto
 from tests.conftest import analyze
 from traceprof.ingest.ingest import ingest
@@ -125,3 +128,32 @@ def test_a_far_head_and_a_far_tail_are_each_measured_against_the_bulk(tmp_path: 
     )
     t = analyze(s, "temporal").frame.row(0, named=True)
     assert (t["window_ns"], t["compute_ns"]) == (19_950 * US, 10_000 * US)
+
+
+def test_the_bulk_is_found_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The early-kernels trace above (six kernels, the first two 1e14 ns early, no steps): the
+    # reference range and the far records both come from the bulk of the same starts, which was
+    # sorted and split twice (reference_range, then far_records). Now reference_range finds it once
+    # and hands far_records its first and last start: one _bulk call per trace, the same answer
+    # (2 flagged far_outside; bulk 1230 .. 1530 us).
+    from traceprof.collectors import _far_end
+
+    calls: list[int] = []
+    bulk = _far_end._bulk
+
+    def counted(st: np.ndarray) -> np.ndarray:
+        calls.append(len(st))
+        return bulk(st)
+
+    monkeypatch.setattr(_far_end, "_bulk", counted)
+    starts = [1030.0 + 100 * i - (1e11 if i < 2 else 0) for i in range(6)]
+    s = Store(tmp_path / "t.duckdb")
+    ingest(s, [kineto(tmp_path / "rank0.json.gz", _kernels(starts))], jobs=1)
+    assert calls == [6]
+    flags = s.sql("SELECT flag, count(*) AS n FROM events WHERE kind = 'kernel' GROUP BY flag ORDER BY flag")
+    assert flags.rows() == [("far_outside", 2), (None, 4)]
+    ts = np.array([int(x * US) for x in starts], np.int64)
+    ref = _far_end.reference_range(np.zeros(6, bool), ts, ts * 0, np.zeros(6, bool), bulk=np.ones(6, bool))
+    assert ref.bulk == (1_230_000, 1_530_000) and not ref.by_steps
+    far, end = _far_end.far_records(ts, np.ones(6, bool), ref, 10**9)
+    assert far.tolist() == [True, True, False, False, False, False] and end == 1_530_000

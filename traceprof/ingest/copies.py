@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParsedTrace
-from traceprof.storage.identity import epoch_span
+from traceprof.storage.identity import epoch_span, process_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -132,9 +132,9 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
     """
     by_process: dict[tuple[str, str, str], list[ParsedTrace]] = {}
     for pt in traces:
-        pid = pt.trace.get("pid")
-        if pid is not None and str(pid) != "":
-            by_process.setdefault((pt.source, str(pt.trace.get("host") or ""), str(pid)), []).append(pt)
+        pid = process_id(pt)
+        if pid is not None:
+            by_process.setdefault((pt.source, str(pt.trace.get("host") or ""), pid), []).append(pt)
     for (_, host, pid), pts in by_process.items():
         if not host:  # hand-built traces (no host_name) share pid and events by design
             continue

@@ -100,3 +100,23 @@ def test_the_pid_is_read_one_way(monkeypatch):
     warnings: list[str] = []
     copies.check_processes("run", [pt(1, "/x/r0.json", 0), pt(2, "/x/r1.json", 1)], warnings, "rank")
     assert seen == [1, 2] and warnings == ["h 7 2"]
+
+
+def test_every_collector_reads_a_file_through_one_reader(tmp_path):
+    # traceprof.core.fileio.read_file: the one "cannot read file" rule that read_maybe_gzip, the NCCL
+    # profiler plugin's and NDTimeline's parsers each wrote out, now Nsight Systems' too, which read
+    # its export bare: an unreadable one (here a folder named like an export) raised IsADirectoryError
+    # with a traceback; now a TraceFormatError naming the file and the system's reason.
+    import pytest
+
+    from traceprof.collectors.nsys.parse import parse_all
+    from traceprof.core.errors import TraceFormatError
+    from traceprof.core.fileio import read_file
+
+    bad = tmp_path / "run.sqlite"
+    bad.mkdir()
+    for read in (read_file, parse_all):
+        with pytest.raises(TraceFormatError, match=r"run\.sqlite.*cannot read file: Is a directory"):
+            read(bad)
+    (tmp_path / "ok.bin").write_bytes(b"\x1f\x8b12")
+    assert read_file(tmp_path / "ok.bin") == b"\x1f\x8b12"  # as stored: not gunzipped

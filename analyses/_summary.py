@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceprof.core.classify import KEPT_FLAGS, NO_DURATION_FLAGS
+from traceprof.core.classify import KEPT_FLAGS, NO_DURATION_FLAGS, flagged_text
 from traceprof.core.schema import sql_texts
 from traceprof.storage.store import Store
 
@@ -82,17 +82,12 @@ def flagged_notes(store: Store, run_id: int, select_sql: str, what: str) -> list
     counted = [(f, n) for f, n in rows.iter_rows() if f not in NO_DURATION_FLAGS]
     dropped = [(f, n) for f, n in rows.iter_rows() if f in NO_DURATION_FLAGS]
 
-    def each(part: list[tuple[str, int]]) -> str:
-        return f"{sum(n for _, n in part):,} {what} flagged at ingest (events.flag: " + ", ".join(
-            f"{f} {n:,}" for f, n in part
-        )
-
     notes = []
     if counted:
         notes.append(
-            each(counted) + ") counted with their recorded durations: their start is another clock's, "
-            "so windows, idle and latency leave them out"
+            flagged_text(counted, what) + " counted with their recorded durations: their start is another "
+            "clock's, so windows, idle and latency leave them out"
         )
     if dropped:
-        notes.append(each(dropped) + ") left out: their duration is unknown")
+        notes.append(flagged_text(dropped, what) + " left out: their duration is unknown")
     return notes

@@ -45,6 +45,7 @@ from traceprof.collectors._arrow import row_schema
 from traceprof.collectors._duplicates import duplicate_table_rows
 from traceprof.core.bounded import check_nesting, too_deep
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.fileio import read_file
 from traceprof.core.lazy import lazy
 from traceprof.core.limits import INT32, MAX_FIELD_BYTES, polars_out_of_range, shown, skip_hint
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
@@ -296,10 +297,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list[Par
     """
     p = Path(path).resolve()
     on_bad_event = options.on_bad_event
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
+    raw = read_file(p)
     try:
         # pyarrow checks every page of a damaged file and says what is wrong; polars' reader
         # aborted the process on some (a 2**61-byte allocation) and panicked on others. One thread:

@@ -81,7 +81,7 @@ from traceprof.collectors._duplicates import duplicate_records
 from traceprof.collectors.nccl_profiler.names import looks_like_plugin_dump, rank_in_name
 from traceprof.core.bounded import too_deep
 from traceprof.core.errors import TraceFormatError
-from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_maybe_gzip
+from traceprof.core.fileio import GZIP_MAGIC, blank_bom, read_file, read_maybe_gzip
 from traceprof.core.limits import INT64, fits, record_fits, shown, skip_hint
 from traceprof.core.ops import dtype_bytes, nccl_comms_id, normalize_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
@@ -262,10 +262,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     """
     p = Path(path).resolve()
     on_bad_event = options.on_bad_event
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(p, "", f"cannot read file: {e.strerror or e}") from None
+    raw = read_file(p)
     if raw[:2] == GZIP_MAGIC:  # a gzipped dump (``gzip nccl_profile_rank0.json``): inflated under the cap
         raw = read_maybe_gzip(p, options.max_inflate_ratio)[1]
     evs, repairs = _decode(p, blank_bom(raw))  # a leading BOM: blanked, offsets kept

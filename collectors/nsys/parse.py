@@ -101,6 +101,7 @@ from traceprof.collectors.nsys.late import clip_far_ends, flag_before_launch
 from traceprof.collectors.nsys.steps import assign_steps, step_number
 from traceprof.core.classify import EXCLUDED_FLAGS, Classifier
 from traceprof.core.errors import NotATraceError, TraceFormatError
+from traceprof.core.fileio import read_file
 from traceprof.core.limits import drop_long_text, to_table
 from traceprof.core.ops import kernel_op
 from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace, ParseOptions
@@ -260,7 +261,7 @@ def parse_all(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> list
             with unusable times, ids or name string ids, naming its table and row id.
     """
     p = Path(path).resolve()
-    raw = p.read_bytes()
+    raw = read_file(p)
     for tolerant in (False, True):  # a rare non-UTF-8 string: read again, replacing bad bytes
         con = tables.open_export(p, tolerant)
         try:

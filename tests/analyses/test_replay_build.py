@@ -2,7 +2,7 @@
 
 ``_replay.build`` reads the items into arrays once, finds dependencies and makes node columns a
 chunk of ranks or a column at a time, with int32 indices; ``compute_items`` works on chunks of
-whole ranks; ``whatif._charged`` backward-fills on node arrays. Each must give what the plain
+whole ranks; ``_whatif_blame.charged`` backward-fills on node arrays. Each must give what the plain
 whole-run frame code gave (kept below as the reference): the same nodes, edges and levels.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from tests.analyses.test_whatif import _gen_job
 from tests.conftest import SAMPLES
-from traceprof.analyses import _replay, whatif
+from traceprof.analyses import _replay, _whatif_blame, whatif
 from traceprof.ingest.ingest import ingest
 
 
@@ -178,7 +178,7 @@ def test_compute_items_by_chunk_equals_the_whole_run(store, tmp_path, monkeypatc
 
 
 def _reference_charged(nodes: pl.DataFrame) -> np.ndarray:
-    """whatif._charged as frames (the definition): the last-arrival flag of each arrival,
+    """_whatif_blame.charged as frames (the definition): the last-arrival flag of each arrival,
     backward-filled in node order over (rank, step); a comm end takes its arrival's."""
     n = nodes.select(
         pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"), "kind", "rank", "step", "instance",
@@ -209,11 +209,11 @@ def _reference_charged(nodes: pl.DataFrame) -> np.ndarray:
 
 @pytest.mark.parametrize("job", list(_CASES.values()), ids=list(_CASES))
 def test_charged_equals_the_frame_definition(store, tmp_path, job):
-    """whatif._charged on node arrays charges exactly the nodes the frame definition does."""
+    """_whatif_blame.charged on node arrays charges exactly the nodes the frame definition does."""
     run_id = _job(store, tmp_path, job)
     comm, _ = _replay.comm_items(store, run_id, None)
     tl = _replay.build(_replay.compute_items(store, run_id), comm)
-    got, want = whatif._charged(tl.nodes), _reference_charged(tl.nodes)
+    got, want = _whatif_blame.charged(tl.nodes), _reference_charged(tl.nodes)
     assert np.array_equal(got, want)
     assert 0 < got.sum() < len(got)  # some nodes charged, not all
 

@@ -21,7 +21,7 @@ import pytest
 
 from tests.analyses.test_whatif import _gen_job
 from tests.conftest import SAMPLES
-from traceprof.analyses import _replay, _whatif_fix, whatif
+from traceprof.analyses import _replay, _whatif_blame, _whatif_fix
 from traceprof.ingest.ingest import ingest
 
 
@@ -219,7 +219,7 @@ def test_cone_replay_equals_the_reference_on_runs(store, tmp_path, job, paths) -
     w = np.full(n, dur.mean()) + 0.5
     val = _replay.replay_weights(tl, w.copy())
     pb = _whatif_fix.PutBack(tl, w, val)
-    charged = whatif._charged(tl.nodes)
+    charged = _whatif_blame.charged(tl.nodes)
     ranks = tl.nodes["rank"].to_numpy()
     rng = np.random.default_rng(3)
     sets = [np.nonzero(charged & (ranks == r))[0] for r in np.unique(ranks[ranks >= 0])]

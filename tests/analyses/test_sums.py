@@ -147,3 +147,28 @@ def test_time_analyses_say_a_flagged_gpu_record_is_left_out(store, tmp_path):
     assert any(
         "2 GPU record(s) flagged at ingest (events.flag: before_launch 2) not left out" in n for n in notes
     )
+
+
+def test_both_flagged_notes_come_from_one_formatter(store, tmp_path, monkeypatch):
+    # The count per flag: before_launch 2 + far_outside 1,234 = 1,236 records, thousands separated,
+    # flags in the order given. kernel_sum's note (analyses._summary.flagged_notes) and the time
+    # analyses' note (traceprof.engine.activity.flagged_note) both build it with flagged_text: each
+    # built its own copy before.
+    from traceprof.analyses import _summary
+    from traceprof.core.classify import flagged_text
+    from traceprof.engine import activity
+
+    want = "1,236 kernels flagged at ingest (events.flag: before_launch 2, far_outside 1,234)"
+    assert flagged_text([("before_launch", 2), ("far_outside", 1_234)], "kernels") == want
+    _flagged_run(store, tmp_path)
+    run_id = store.resolve_run("f")
+    marked = lambda counts, what: "<" + flagged_text(counts, what) + ">"  # noqa: E731
+    monkeypatch.setattr(_summary, "flagged_text", marked, raising=False)
+    monkeypatch.setattr(activity, "flagged_text", marked, raising=False)
+    select = "FROM events e WHERE e.run_id = $run AND e.kind = 'kernel'"
+    assert _summary.flagged_notes(store, run_id, select, "kernels")[0].startswith(
+        "<1 kernels flagged at ingest (events.flag: before_launch 1)> counted"
+    )
+    assert str(activity.flagged_note(store, run_id)).startswith(
+        "<2 GPU record(s) flagged at ingest (events.flag: before_launch 2)> left out"
+    )

@@ -772,15 +772,18 @@ def test_charged_sort_by_rank_and_step_is_the_three_key_sort() -> None:
     rank and step kept in node order, negative ranks and steps, ranges too wide for one number)."""
     import numpy as np
 
-    from traceprof.analyses import whatif
+    from traceprof.analyses import _whatif_blame
 
     rng = np.random.default_rng(7)
     for lo, hi in ((0, 4), (-3, 3), (-(2**40), 2**40)):
         items = np.sort(rng.choice(10_000, 3_000, replace=False))
         rank = rng.integers(lo, hi, len(items))
         step = rng.integers(lo, hi, len(items))
-        assert np.array_equal(whatif._by_rank_step(items, rank, step), np.lexsort((items, step, rank)))
-    assert len(whatif._by_rank_step(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0
+        assert np.array_equal(_whatif_blame._by_rank_step(items, rank, step), np.lexsort((items, step, rank)))
+    assert (
+        len(_whatif_blame._by_rank_step(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        == 0
+    )
 
 
 def test_gaps_median_notes_a_blocking_group_without_a_share_of_no_excess(store) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "EXCLUDED_FLAGS",
     "KEPT_FLAGS",
     "NO_DURATION_FLAGS",
+    "flagged_text",
     "DURATION_SQL",
     "duration_sql",
     "VALID_SQL",
@@ -75,6 +76,20 @@ VALID_SQL = valid_sql()
 #: (``before_launch``, ``far_outside``) mark a start in another clock domain: the duration, measured
 #: on one clock, is right, and the sums count it.
 NO_DURATION_FLAGS = frozenset({Flag.zero_ts.value, Flag.unmatched_begin.value})
+
+
+def flagged_text(counts: Iterable[tuple[str, int]], what: str) -> str:
+    """The count of records flagged at ingest, per flag, for notes: ``"3 kernels flagged at ingest
+    (events.flag: before_launch 2, far_outside 1)"`` (thousands separated), one text for every
+    analysis that notes them.
+
+    Args:
+        counts: (``events.flag`` value, records) pairs, in the order to name them.
+        what: The records' plural noun (``kernels``, ``GPU record(s)``).
+    """
+    pairs = list(counts)
+    each = ", ".join(f"{f} {n:,}" for f, n in pairs)
+    return f"{sum(n for _, n in pairs):,} {what} flagged at ingest (events.flag: {each})"
 
 
 def duration_sql(alias: str = "e") -> str:

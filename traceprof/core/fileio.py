@@ -44,6 +44,7 @@ except ImportError:  # not installed (e.g. a platform without its wheel): the st
 _INFLATE_ERROR: type[Exception] = _inflater.error
 
 __all__ = [
+    "read_file",
     "read_maybe_gzip",
     "check_inflate_ratio",
     "not_json_because",
@@ -155,6 +156,18 @@ def _blank_bom_pieces(pieces: Iterator[bytes]) -> Iterator[bytes]:
     yield from pieces
 
 
+def read_file(path: Path) -> bytes:
+    """The bytes of the file ``path`` as stored (not gunzipped: :func:`read_maybe_gzip`).
+
+    Raises:
+        TraceFormatError: The file cannot be read (naming it and the system's reason).
+    """
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
+
+
 def read_maybe_gzip(path: Path, max_ratio: float = DEFAULT_INFLATE_RATIO) -> tuple[bytes, bytes]:
     """Read a file, gunzipping it when it starts with the gzip magic bytes (under the cap:
     ``max_ratio`` x its size, at least 64 MiB); repair invalid UTF-8.
@@ -168,10 +181,7 @@ def read_maybe_gzip(path: Path, max_ratio: float = DEFAULT_INFLATE_RATIO) -> tup
         TraceFormatError: The file cannot be read, the gzip stream is broken or truncated (naming
             the byte offset in the file), or it inflates beyond the cap.
     """
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise TraceFormatError(path, "", f"cannot read file: {e.strerror or e}") from None
+    raw = read_file(path)
     if raw[:2] != GZIP_MAGIC:
         return raw, _repair_utf8(path, blank_bom(raw), gz=False)
     view = memoryview(raw)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceprof.core.classify import VALID_SQL, valid_sql
+from traceprof.core.classify import VALID_SQL, flagged_text, valid_sql
 from traceprof.core.errors import AnalysisError
 from traceprof.core.schema import sql_texts
 from traceprof.core.text import first_few
@@ -683,8 +683,7 @@ def flagged_note(store: Store, run_id: int, hta: bool = False) -> str | None:
     )
     if not flagged.height:
         return None
-    each = ", ".join(f"{f} {n:,}" for f, n in flagged.iter_rows())
-    what = f"{int(flagged['n'].sum()):,} GPU record(s) flagged at ingest (events.flag: {each})"
+    what = flagged_text(flagged.iter_rows(), "GPU record(s)")
     if hta:
         return f"{what} not left out (HTA flags nothing): their times count as recorded where HTA's selection keeps them"
     return (

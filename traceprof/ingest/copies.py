@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParsedTrace
-from traceprof.storage.identity import epoch_span
+from traceprof.storage.identity import epoch_span, process_id
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -185,9 +185,9 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
                 f"a copy of one rank's file with its rank edited; run {name!r} not stored: leave the copy out",
             )
     for pt in traces:
-        pid = pt.trace.get("pid")
-        if pid is not None and str(pid) != "":
-            by_process.setdefault((pt.source, str(pt.trace.get("host") or ""), str(pid)), []).append(pt)
+        pid = process_id(pt)
+        if pid is not None:
+            by_process.setdefault((pt.source, str(pt.trace.get("host") or ""), pid), []).append(pt)
     for (_, host, pid), pts in by_process.items():
         if host:
             pts = sorted(pts, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1))

@@ -42,6 +42,7 @@ from traceprof.storage.identity import (
     duration,
     epoch_span,
     machine,
+    process_id,
     same_host_gap,
 )
 from traceprof.storage.store import Store
@@ -157,7 +158,7 @@ def relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
 
 
 def _pid_name(name: str, traces: list[ParsedTrace]) -> str:
-    pids = sorted(str(pt.trace.get("pid")) for pt in traces)
+    pids = sorted(str(process_id(pt)) for pt in traces)  # unstated: "None"
     return f"{name}-pid{pids[0]}"
 
 
@@ -333,9 +334,9 @@ def _by_host(
 
 def _int_pid(pt: ParsedTrace) -> int | None:
     """``pt``'s process id (``trace["pid"]``) as an integer, or None when unstated or not one."""
-    pid = pt.trace.get("pid")
+    pid = process_id(pt)
     try:
-        return int(str(pid)) if pid is not None else None
+        return int(pid) if pid is not None else None
     except ValueError:
         return None
 

@@ -45,6 +45,7 @@ __all__ = [
     "MAX_CLOCK_OFFSET_NS",
     "GENERIC_HOSTS",
     "machine",
+    "process_id",
     "clock_gap",
     "EPOCH_SOURCES",
     "RELATIVE_CLOCK",
@@ -186,6 +187,14 @@ def machine(pt: ParsedTrace) -> str | None:
     :data:`GENERIC_HOSTS` (compared in lower case)."""
     host = pt.trace.get("host")
     return None if host is None or str(host).strip().lower() in GENERIC_HOSTS else str(host)
+
+
+def process_id(pt: ParsedTrace) -> str | None:
+    """The process that recorded ``pt`` (``trace["pid"]``) as text, or None when unstated or empty:
+    one reading of the pid for every rule that compares processes (a number or a name, ``"4242"``;
+    :func:`machine` is the host's)."""
+    pid = pt.trace.get("pid")
+    return None if pid is None or str(pid) == "" else str(pid)
 
 
 def clock_gap(traces: list[ParsedTrace]) -> tuple[str, str, int] | None:

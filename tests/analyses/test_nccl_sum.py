@@ -603,12 +603,10 @@ def test_a_call_two_sources_recorded_counts_once(tmp_path):
         assert seqs == list(range(20, 32))
 
 
-def test_copies_by_sequence_number_pair_one_to_one():
-    """The rule's other half, on a bare ``collectives`` table: rank 0's Kineto NCCL kernels of
-    all-reduces seq 1..3 (pg '0') and its Flight Recorder entries seq 1..4, enqueued ahead of the
-    GPU (entry k+1 created while kernel k runs, so order and overlap would pair them wrongly). By
-    hand: FR seq 1..3 are the kernels' copies, FR seq 4 (after the profiled window) is counted, every
-    kernel is counted: 4 calls; a second group '1' with the same seq numbers is no copy of group '0'."""
+def _copies(rows: list[tuple]) -> list[tuple]:
+    """(source, pg, seq, enter_ns, copy_of) of each row of a bare ``collectives`` table holding ``rows``
+    (run_id, rank, trace_id, source, pg, p2p, seq, op, bytes_in, nelems_in, enter_ns, start_ns, end_ns,
+    ordinal) through :data:`COLLECTIVE_COPIES_SQL`, by source, pg, seq, enter_ns."""
     import duckdb
 
     con = duckdb.connect()
@@ -617,6 +615,18 @@ def test_copies_by_sequence_number_pair_one_to_one():
         "seq BIGINT, op VARCHAR, bytes_in BIGINT, nelems_in BIGINT, enter_ns BIGINT, start_ns BIGINT, "
         "end_ns BIGINT, ordinal INT)"
     )
+    con.executemany("INSERT INTO collectives VALUES (" + ", ".join("?" * 14) + ")", rows)
+    return con.execute(
+        f"SELECT source, pg, seq, enter_ns, copy_of FROM ({COLLECTIVE_COPIES_SQL}) ORDER BY source, pg, seq, enter_ns"
+    ).fetchall()
+
+
+def test_copies_by_sequence_number_pair_one_to_one():
+    """The rule's other half, on a bare ``collectives`` table: rank 0's Kineto NCCL kernels of
+    all-reduces seq 1..3 (pg '0') and its Flight Recorder entries seq 1..4, enqueued ahead of the
+    GPU (entry k+1 created while kernel k runs, so order and overlap would pair them wrongly). By
+    hand: FR seq 1..3 are the kernels' copies, FR seq 4 (after the profiled window) is counted, every
+    kernel is counted: 4 calls; a second group '1' with the same seq numbers is no copy of group '0'."""
     rows = [
         (1, 0, 1, "nccl_kernel", "0", False, k, "all_reduce", 64, 16, 100 * k, 100 * k + 50, 100 * k + 140, k)
         for k in (1, 2, 3)
@@ -626,11 +636,7 @@ def test_copies_by_sequence_number_pair_one_to_one():
         for k in (1, 2, 3, 4)
     ]
     rows += [(1, 0, 2, "fr", "1", False, 1, "all_reduce", 64, 16, 5, None, None, 5)]
-    con.executemany("INSERT INTO collectives VALUES (" + ", ".join("?" * 14) + ")", rows)
-    got = con.execute(
-        f"SELECT source, pg, seq, copy_of FROM ({COLLECTIVE_COPIES_SQL}) ORDER BY source, pg, seq"
-    ).fetchall()
-    assert got == [
+    assert [r[:3] + r[4:] for r in _copies(rows)] == [
         ("fr", "0", 1, "nccl_kernel"),
         ("fr", "0", 2, "nccl_kernel"),
         ("fr", "0", 3, "nccl_kernel"),
@@ -639,4 +645,44 @@ def test_copies_by_sequence_number_pair_one_to_one():
         ("nccl_kernel", "0", 1, None),
         ("nccl_kernel", "0", 2, None),
         ("nccl_kernel", "0", 3, None),
+    ]
+
+
+def _gloo(at: int, end: int, k: int) -> tuple:
+    """A gloo all-reduce of 64 B on rank 0 enqueued at ``at`` ns, its work ending at ``end``."""
+    return (1, 0, 1, "gloo", None, False, None, "all_reduce", 64, 16, at, at + 60_000, end, k)
+
+
+def _fr(seq: int, at: int) -> tuple:
+    """A Flight Recorder gloo entry (enqueue only) of the same all-reduce size, created at ``at`` ns."""
+    return (1, 0, 2, "fr", "0", False, seq, "all_reduce", 64, 16, at, None, None, seq)
+
+
+def test_calls_enqueued_closer_than_flight_recorders_lag_pair_in_order():
+    """t15 'burst' (straggler_rank2, rank 0's call B moved to 10 us after call A): gloo A enqueued at
+    0, gloo B at 10,000 ns (both running for ms); FR seq 20 created 54 us after A, seq 21 64 us after
+    (after B: Flight Recorder creates its entry 15-70 us after the enqueue). The rows' arrival order
+    is A, B, FR 20, FR 21: pairing neighbours paired FR 20 with B and counted FR 21 again (3 calls).
+    By hand: one burst (gaps 10, 44, 10 us <= 1 ms); the 1st FR is A's copy, the 2nd B's: 2 calls.
+    A call 10 ms later in FR only (seq 22) is its own burst and counted: 3 calls in all."""
+    rows = [_gloo(0, 5_000_000, 1), _gloo(10_000, 6_000_000, 2)]
+    rows += [_fr(20, 54_000), _fr(21, 64_000), _fr(22, 10_000_000)]
+    assert [(r[0], r[2], r[4]) for r in _copies(rows)] == [
+        ("fr", 20, "gloo"),
+        ("fr", 21, "gloo"),
+        ("fr", 22, None),
+        ("gloo", None, None),
+        ("gloo", None, None),
+    ]
+
+
+def test_a_call_one_source_alone_holds_is_no_copy_of_a_running_call():
+    """t15 'edge' (straggler_rank2, rank 0: FR seq 20 and the gloo rows of the call FR seq 21
+    records removed, as when a trace window ends where the FR buffer begins): gloo call 20 enqueued
+    at 0 and running until 6 ms; FR seq 21 created at 4,954,000 ns, while it runs. Pairing an earlier
+    row still running made FR 21 a copy of gloo 20 (1 call). By hand: 4.954 ms apart > 1 ms, two
+    bursts, no copy: 2 calls."""
+    assert [(r[0], r[2], r[4]) for r in _copies([_gloo(0, 6_000_000, 1), _fr(21, 4_954_000)])] == [
+        ("fr", 21, None),
+        ("gloo", None, None),
     ]

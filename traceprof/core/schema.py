@@ -29,6 +29,7 @@ __all__ = [
     "ARRIVAL_NEXT_SQL",
     "ARRIVAL_SQL",
     "COLLECTIVE_COPIES_SQL",
+    "COPY_BURST_GAP_NS",
     "INSTANCE_ARRIVAL_SQL",
     "EVENT_KINDS",
     "LAUNCH_KINDS",
@@ -136,32 +137,43 @@ _KEEP_ORDER = (
 _KEEP_RANK = "CASE source " + " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(_KEEP_ORDER)) + " END"
 _SAME_CALL = "PARTITION BY run_id, rank, pg, coalesce(p2p, false), seq, op"
 _SAME_KIND = "PARTITION BY run_id, rank, op, coalesce(p2p, false), coalesce(bytes_in, nelems_in)"
+#: A gap (ns) between two calls' CPU enqueues of one kind on one rank that splits them into two
+#: bursts for :data:`COLLECTIVE_COPIES_SQL`'s rule (2): a Flight Recorder gloo entry is created 15
+#: to 70 us after its c10d enqueue, so 1 ms is over 14 x the lag seen.
+COPY_BURST_GAP_NS = 1_000_000
+_SAME_BURST = f"{_SAME_KIND}, burst"
 #: SQL query: every ``collectives`` row with ``copy_of``, the source of the row kept in its place
 #: when another source recorded the same collective on the same rank (a Kineto / gloo trace and a
 #: Flight Recorder dump of one run), NULL for a row counted. Two rows of two sources are one call
 #: when (1) both know their process group and sequence number and these, the op and the p2p flag
-#: are equal; or (2) one lacks a sequence number (gloo annotations, old Kineto), they have the same
-#: op, p2p flag and size (``bytes_in``, else ``nelems_in``), are next to each other in the rank's
-#: arrival order (:data:`ARRIVAL_SQL`) of those, and the earlier one is still running (its end at
-#: or after the later arrival; a Flight Recorder gloo entry is created 15 to 70 us after the c10d
-#: enqueue). The row of the source first in :data:`_KEEP_ORDER` is kept; under (2) only the later
-#: of the pair can be the copy, so a row kept stands for at most one copy. One sort per rank:
-#: n log n, and only on ranks holding two sources (others pass through with ``copy_of`` NULL).
-#: ``nccl_sum``'s counts and the ``collective_perf`` view read it.
+#: are equal; or (2) one lacks a sequence number (gloo annotations, old Kineto): the rank's rows of
+#: one op, p2p flag and size (``bytes_in``, else ``nelems_in``) are split into bursts where two
+#: neighbours' CPU enqueues (``enter_ns``, else ``start_ns``) lie more than
+#: :data:`COPY_BURST_GAP_NS` apart, and within a burst the k-th row of one source and the k-th of
+#: another are one call (calls enqueued closer together than Flight Recorder's creation lag pair in
+#: order; a call one source alone holds, far from the other's, stays apart). The row of the source
+#: first in :data:`_KEEP_ORDER` is kept, so a row kept stands for at most one copy per source. A
+#: few sorts per rank: n log n, and only on ranks holding two sources (others pass through with
+#: ``copy_of`` NULL). ``nccl_sum``'s counts and the ``collective_perf`` view read it.
 COLLECTIVE_COPIES_SQL = f"""
-WITH two AS (SELECT run_id, rank FROM collectives GROUP BY run_id, rank HAVING count(DISTINCT source) > 1)
+WITH two AS (SELECT run_id, rank FROM collectives GROUP BY run_id, rank HAVING count(DISTINCT source) > 1),
+own AS (SELECT c.*, {_KEEP_RANK} AS keep_rank, coalesce(enter_ns, start_ns) AS at_ns
+        FROM collectives c SEMI JOIN two USING (run_id, rank)),
+cut AS (SELECT *, coalesce(at_ns - lag(at_ns) OVER w > {COPY_BURST_GAP_NS}, true)::INT AS new_burst
+        FROM own WINDOW w AS ({_SAME_KIND} ORDER BY at_ns NULLS LAST, keep_rank, trace_id, ordinal)),
+burst AS (SELECT *, sum(new_burst) OVER ({_SAME_KIND} ORDER BY at_ns NULLS LAST, keep_rank, trace_id, ordinal
+                                          ROWS UNBOUNDED PRECEDING) AS burst FROM cut),
+nth AS (SELECT *, row_number() OVER ({_SAME_BURST}, source ORDER BY at_ns, trace_id, ordinal) AS nth FROM burst)
 SELECT c.*, nullif(c.source, c.source) AS copy_of FROM collectives c ANTI JOIN two USING (run_id, rank)
 UNION ALL BY NAME
-SELECT * EXCLUDE (keep_rank, arr, first_rank, first_src, p_src, p_end, p_seq, p_rank),
+SELECT * EXCLUDE (keep_rank, at_ns, new_burst, burst, nth, first_rank, first_src, b_rank, b_src, b_seq),
        CASE WHEN seq IS NOT NULL AND pg IS NOT NULL AND first_rank < keep_rank THEN first_src
-            WHEN p_src <> source AND (seq IS NULL OR p_seq IS NULL) AND p_end >= arr AND p_rank < keep_rank
-            THEN p_src END AS copy_of
+            WHEN NOT b_seq AND b_rank < keep_rank THEN b_src END AS copy_of
 FROM (SELECT *, min(keep_rank) OVER ({_SAME_CALL}) AS first_rank,
              arg_min(source, keep_rank) OVER ({_SAME_CALL}) AS first_src,
-             lag(source) OVER w AS p_src, lag(end_ns) OVER w AS p_end, lag(seq) OVER w AS p_seq,
-             lag(keep_rank) OVER w AS p_rank
-      FROM (SELECT c.*, {_KEEP_RANK} AS keep_rank, {ARRIVAL_SQL} AS arr FROM collectives c SEMI JOIN two USING (run_id, rank))
-      WINDOW w AS ({_SAME_KIND} ORDER BY arr, keep_rank, trace_id, ordinal))
+             min(keep_rank) OVER b AS b_rank, arg_min(source, keep_rank) OVER b AS b_src,
+             bool_and(seq IS NOT NULL) OVER b AS b_seq
+      FROM nth WINDOW b AS ({_SAME_BURST}, nth))
 """
 
 #: Kinds of the CPU calls that launch GPU work (any device runtime / driver: CUDA, HIP, XPU, MTIA,

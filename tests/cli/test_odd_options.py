@@ -190,6 +190,8 @@ def test_analyze_list_help_is_help_not_the_list():
 def test_an_unknown_analysis_suggests_the_nearest():
     code, _, err = run("analyze", "straggler")
     assert code == 1 and "no analysis 'straggler'; did you mean 'stragglers'? choose one of:" in err
+    code, _, err = run("analyze", "STRAGGLERS")  # t15: any case
+    assert code == 1 and "did you mean 'stragglers'?" in err
 
 
 def test_the_typer_words_pattern_finds_what_typer_printed():

@@ -132,11 +132,12 @@ def test_row_cells_shortens_and_tells_apart_like_table_rows():
 
 def test_row_cells_show_p_values_as_every_table_does():
     # A float in a p_value column keeps two significant digits (6e-08 read 0.00, 0.0028 too) as
-    # table_rows shows it; the same floats in another column get plain()'s two decimals.
+    # table_rows shows it; the same floats in another column get plain()'s two decimals, a value below
+    # 1 three significant digits where two decimals keep fewer than two, unless that needs an exponent.
     rows = [(6e-08, 6e-08, 1), (0.0028, 0.0028, 2), (0.34, 0.34, None)]
     columns = ["p_value", "f", "floor_p_value"]
     numeric, cells = row_cells(columns, rows)
-    assert [r[:2] for r in cells] == [["6e-08", "0.00"], ["0.0028", "0.00"], ["0.34", "0.34"]]
+    assert [r[:2] for r in cells] == [["6e-08", "0.00"], ["0.0028", "0.0028"], ["0.34", "0.34"]]
     assert [r[2] for r in cells] == ["1", "2", ""]  # ints in a p_value column: plain integers
     frame = pl.DataFrame(rows, schema=columns, orient="row")
     assert cells == [list(r) for r in table_rows(frame)]

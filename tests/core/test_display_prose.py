@@ -34,7 +34,9 @@ def test_a_p_value_keeps_two_significant_digits():
     for units in display.UNITS:
         rows = list(display.table_rows(df, units))
         assert [r[0] for r in rows] == [r[2] for r in rows] == ["6e-08", "0.0028", "0.34", ""]
-        assert [r[1] for r in rows] == ["0.00", "0.00", "0.34", ""]  # other floats as before
+        # other floats: two decimals, a sub-unit value keeping 3 significant digits unless that
+        # needs an exponent (6e-08 stays 0.00)
+        assert [r[1] for r in rows] == ["0.00", "0.0028", "0.34", ""]
 
 
 def test_a_value_below_the_columns_unit_keeps_three_significant_digits():
@@ -51,3 +53,11 @@ def test_a_value_below_the_columns_unit_keeps_three_significant_digits():
     from traceprof.render.report import _table_html
 
     assert ">0.545</td>" in _table_html(df)
+
+
+def test_a_small_percent_keeps_three_significant_digits():
+    """t15: the waterfall's ``pct`` column (2 decimals) read idle's 0.0617 % as "0.06" (one digit)
+    beside its duration's "0.545". By hand: 0.0617 -> "0.0617"; 0.5 at 2 decimals "0.50" (two
+    digits, kept); 12.345 -> "12.35"; 0.0 -> "0.00"."""
+    df = pl.DataFrame({"pct": [0.0617, 0.5, 12.345, 0.0]})
+    assert [r[0] for r in display.table_rows(df)] == ["0.0617", "0.50", "12.35", "0.00"]

@@ -136,10 +136,11 @@ def value_cell(column: str, v: object, decimals: int = 2) -> str:
     """One value of column ``column`` in any table (terminal, report, ``sql``, the runs'): the one
     rule for p-values, a float in a column named ``p_value`` or ``*p_value`` with two significant
     digits (``6e-08``, ``0.0028``, ``0.34``: two decimals read 6e-08 as 0.00, as they did 0.0028);
-    any other value as :func:`plain` with ``decimals``."""
+    any other value as :func:`plain` with ``decimals``, a float below 1 that these would show with
+    fewer than two significant digits with three (a percent of 0.0617: ``0.0617``, not ``0.06``)."""
     if isinstance(v, float) and column.endswith("p_value"):
         return f"{v:.2g}"
-    return plain(v, decimals)
+    return _small_kept(v, plain(v, decimals)) if isinstance(v, float) else plain(v, decimals)
 
 
 def cell(v: object, ns: bool | str = False, width: int = 48) -> str:
@@ -329,13 +330,20 @@ def format_cell(v: object, f: ColumnFormat, row_metric: str | None = None) -> st
         return timestamp(int(v), f.kind == "date")
     if f.kind in ("duration", "scaled"):
         x = v / f.scale
-        text = f"{x:,.{f.decimals}f}"
-        if x and abs(x) < 1 and _significant(text) < 2:  # below the column's unit: 3 digits
-            text = f"{x:.3g}"  # 545,282 ns in a ms column of whole numbers: 0.545, not 1
-        return text
+        return _small_kept(x, f"{x:,.{f.decimals}f}")  # 545,282 ns in a ms column: 0.545, not 1
     if f.kind == "metric" and row_metric is not None:
         return _metric_cell(v, row_metric)
     return value_cell(f.header, v, f.decimals)
+
+
+def _small_kept(x: float, text: str) -> str:
+    """``text`` (``x`` formatted with the column's decimals), or ``x`` with three significant
+    digits where it lies below one unit and ``text`` keeps fewer than two (``0.04`` -> ``0.045``),
+    unless that needs an exponent (``6e-08`` stays ``0.00``: a column's value next to nothing)."""
+    if not x or abs(x) >= 1 or _significant(text) >= 2:
+        return text
+    kept = f"{x:.3g}"
+    return text if "e" in kept else kept
 
 
 def _significant(text: str) -> int:

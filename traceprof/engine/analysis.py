@@ -675,7 +675,7 @@ def get(name: str) -> Analysis:
     if name not in _REGISTRY:
         load_all()
     if name not in _REGISTRY:
-        near = difflib.get_close_matches(name, sorted(_REGISTRY), n=1)  # straggler -> stragglers
+        near = difflib.get_close_matches(name.lower(), sorted(_REGISTRY), n=1)  # STRAGGLER -> stragglers
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise UsageError(f"no analysis {name!r}; {hint}choose one of: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]

@@ -515,12 +515,17 @@ def test_sql_table_shows_p_values_as_analysis_tables_do(db):
     from tests._cli_inproc import run
 
     # A p-value read back by SQL (a saved diff's p_value) printed 0.00 for 6e-08 and 0.0028; now two
-    # significant digits, as `analyze` and `diff` tables show it; other floats keep two decimals.
-    q = "SELECT 6e-08::DOUBLE AS p_value, 0.0028::DOUBLE AS floor_p_value, 0.0028::DOUBLE AS f"
+    # significant digits, as `analyze` and `diff` tables show it; other floats keep two decimals, a
+    # value below 1 they would show with under two significant digits three (0.0028; 6e-08 would
+    # need an exponent: 0.00).
+    q = (
+        "SELECT 6e-08::DOUBLE AS p_value, 0.0028::DOUBLE AS floor_p_value, 0.0028::DOUBLE AS f, "
+        "6e-08::DOUBLE AS g"
+    )
     code, out, err = run("sql", q, "--db", str(db))
     assert code == 0, err
     (row,) = [ln for ln in out.splitlines() if ln.startswith("│")]
-    assert [c.strip() for c in row.split("│")[1:-1]] == ["6e-08", "0.0028", "0.00"]
+    assert [c.strip() for c in row.split("│")[1:-1]] == ["6e-08", "0.0028", "0.0028", "0.00"]
 
 
 def test_sql_json_text_inside_nested_values_stays_escaped(db):

@@ -158,7 +158,7 @@ def test_stragglers_device_note_reads_events_not_the_kernels_view(
     # By hand (module doc): ranks 0 and 1 each hold GEMMs on devices 0 and 1 -> the note names 0, 1.
     # Its query reads events (rank, device) alone: the kernels view would also join every GPU row
     # to its launch call and number a launch's rows (0.77 s of CPU on 8 x 1M for a note).
-    from analyses import stragglers
+    from traceprof.analyses import stragglers
 
     asked: list[str] = []
     real = Store.sql

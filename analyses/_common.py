@@ -20,6 +20,7 @@ from traceprof.core.errors import UsageError
 from traceprof.core.names import shorten
 from traceprof.engine.activity import GRAPH_LEVEL_NOTE, GRAPH_LOST_NOTE, LAUNCH_LOST_NOTE
 from traceprof.engine.analysis import FrameResult
+from traceprof.engine.stepspans import step_windows  # the step account's tiling, here for analyses
 from traceprof.ingest.matching import (
     absorbing_steps,
     missing_step_notes,
@@ -205,28 +206,3 @@ def untested_rank(res: dict[str, FrameResult]) -> int | None:
         return None
     v = st.frames()["verdict"].filter((pl.col("status") == "inconclusive") & pl.col("rank").is_not_null())
     return int(v["rank"][0]) if v.height else None
-
-
-def step_windows(steps: pl.DataFrame, keep: list[str] | None = None) -> pl.DataFrame:
-    """Each rank's step windows, which tile its profiled time (``critical_path``'s step account).
-
-    Step k ends where its work ends (its last GPU activity's end, ``device_end_ns``; without GPU
-    activity its ProfilerStep's end, ``cpu_end_ns``), kept non-decreasing over the rank's steps,
-    and starts where step k-1 ended; the first starts at its ProfilerStep's start, or its first
-    GPU activity's if earlier. So a rank's windows never overlap: a step that runs into the next
-    ones (a ProfilerStep recorded 50x too long) leaves them 0 ns. O(n log n) in the steps.
-
-    Args:
-        steps: rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns (ns; device
-            ones null for a step without GPU activity), one row per (rank, step).
-        keep: Other columns of ``steps`` to keep.
-
-    Returns:
-        rank, step, start_ns, end_ns (ns) and the ``keep`` columns, sorted by rank and step.
-    """
-    w = steps.sort("rank", "step").with_columns(
-        pl.coalesce("device_end_ns", "cpu_end_ns").cum_max().over("rank").alias("end_ns"),
-        pl.min_horizontal("cpu_start_ns", "device_start_ns").alias("_first"),
-    )
-    w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
-    return w.select("rank", "step", "start_ns", "end_ns", *(keep or []))

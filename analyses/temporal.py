@@ -6,13 +6,13 @@ Algorithm (README.md "Analyses", the same definition as HTA's temporal breakdown
   2. Window = first activity start to last activity end, for the whole trace.
   3. idle = window - |∪ all activity|; compute = |∪ compute|; non-compute = |∪ all| - compute.
   4. Percentages are of the window.
-  4a. Per step, the rank's time is split into step spans that tile it (``_common.step_windows``, the
-     step account's rule, on the activity launched in each step): step k's span ends where its work
+  4a. Per step, the rank's time is split into step spans that tile it (``traceprof.engine.stepspans``:
+     the step account's rule, on the activity launched in each step): step k's span ends where its work
      ends (its activity's last end, kept non-decreasing over the rank's steps) and starts where step
-     k-1's ended, the first at its first activity's start. All the rank's activity is cut to the
-     spans and 1.-4. are taken on each span's pieces, so a step's parts sum to its span and the
-     steps' parts to the rank's, less what lies outside every span (activity launched outside any
-     step before the first span or after the last, and the idle time there). Communication of
+     k-1's ended, the first at its first activity's start. 1.-4. are taken on all the rank's
+     activity within each span (one sweep over the rank's rows, none cut), so a step's parts sum
+     to its span and the steps' parts to the rank's, less what lies outside every span (activity
+     launched outside any step before the first span or after the last, and the idle time there). Communication of
      step k that runs under step k+1's compute is hidden there, as ``overlap`` counts it: where
      non-compute is only communication, a step's non_compute_ns is overlap's exposed_comm_ns
      whenever each step's communication lies in its own span (a collective that runs into the
@@ -57,7 +57,8 @@ from traceprof.engine.analysis import (
     Verdict,
     register,
 )
-from traceprof.engine.intervals import class_measures, cut, union_ns
+from traceprof.engine.intervals import class_measures
+from traceprof.engine.stepspans import step_span_measures
 from traceprof.storage.store import Store
 
 #: The idle share (% of the window) from which the idle topic says ``problem``.
@@ -109,44 +110,6 @@ def _breakdown(m: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         (pl.col("idle_ns") * pct).alias("idle_pct"),
         (pl.col("compute_ns") * pct).alias("compute_pct"),
         (pl.col("non_compute_ns") * pct).alias("non_compute_pct"),
-    )
-
-
-def _step_measures(act: pl.DataFrame, by_step: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step): window_ns (the step's span, module doc step 4a), busy_ns and compute_ns
-    (ns) of ``act``'s rows (all the rank's, of any step) cut to the span; ``by_step``:
-    ``class_measures`` of ``act`` by rank and step (the spans' bounds: first_ns, last_ns). O(n log n)."""
-    m = by_step.filter(pl.col("step").is_not_null())
-    step_type = m.schema["step"]
-    if m.is_empty():
-        cols = ("window_ns", "busy_ns", "compute_ns")
-        return pl.DataFrame(
-            schema={"rank": m.schema["rank"], "step": step_type, **dict.fromkeys(cols, pl.Int64)}
-        )
-    # the step account's tiling (critical_path), on the spans of the activity launched in each step
-    spans = _common.step_windows(
-        m.select(
-            "rank",
-            "step",
-            pl.col("first_ns").alias("cpu_start_ns"),
-            pl.col("last_ns").alias("cpu_end_ns"),
-            pl.col("first_ns").alias("device_start_ns"),
-            pl.col("last_ns").alias("device_end_ns"),
-        )
-    )
-    rows = act.select("rank", "class", "start_ns", "end_ns")
-    pieces = cut(
-        rows, spans.select("rank", pl.col("step").alias("_span"), "start_ns", "end_ns"), "rank", ["_span"]
-    )
-    pieces = pieces.rename({"_span": "step"}).with_columns(pl.col("step").cast(step_type))
-    busy = union_ns(pieces, ["rank", "step"], "busy_ns")
-    comp = union_ns(pieces.filter(pl.col("class") == "compute"), ["rank", "step"], "compute_ns")
-    return (
-        spans.select("rank", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("window_ns"))
-        .join(busy, on=["rank", "step"], how="left")
-        .join(comp, on=["rank", "step"], how="left")
-        .with_columns(pl.col("busy_ns").fill_null(0), pl.col("compute_ns").fill_null(0))
-        .sort("rank", "step")
     )
 
 
@@ -406,7 +369,7 @@ def run(store: Store, params: Params) -> Result:
         step_window(store, run_id, act, hta=params.hta), on="rank", how="left"
     )
     per_step = _breakdown(
-        _step_measures(act, run_measures(store, run_id, act, ["rank", "step"], hta=params.hta)),
+        step_span_measures(act, run_measures(store, run_id, act, ["rank", "step"], hta=params.hta)),
         ["rank", "step"],
     )
     multi = multi_device_ranks(act)

@@ -35,6 +35,20 @@ ACT = pl.DataFrame(
 WANT = [(0, 1, 130, 130, 80), (0, 2, 40, 30, 20), (1, 1, 10, 10, 10)]
 
 
+#: Rank 0's rows on two devices (ns; step of launch): device 0 compute [0, 50) s1, [60, 70) s2;
+#: device 1 comm [40, 130) s1, compute [110, 150) s2.
+DEVICES = pl.DataFrame(
+    {
+        "rank": [0, 0, 0, 0],
+        "device": [0, 1, 0, 1],
+        "class": ["compute", "comm", "compute", "compute"],
+        "start_ns": [0, 40, 60, 110],
+        "end_ns": [50, 130, 70, 150],
+        "step": [1, 1, 2, 2],
+    }
+)
+
+
 def test_step_span_measures_hand_values():
     got = step_span_measures(ACT).select("rank", "step", "window_ns", "busy_ns", "compute_ns")
     assert got.rows() == WANT
@@ -50,17 +64,8 @@ def test_window_measures_per_device_over_the_rank_windows():
     # rank 0's rows on two devices: device 0 the computes [0, 50), [60, 70); device 1 the comm
     # [40, 130) and compute [110, 150). Window [30, 120): device 0 busy [30, 50) + [60, 70) = 30, all
     # compute; device 1 busy [40, 120) = 80, compute [110, 120) = 10. Window [120, 120): 0.
-    act = pl.DataFrame(
-        {
-            "rank": [0, 0, 0, 0],
-            "device": [0, 1, 0, 1],
-            "class": ["compute", "comm", "compute", "compute"],
-            "start_ns": [0, 40, 60, 110],
-            "end_ns": [50, 130, 70, 150],
-        }
-    )
     win = pl.DataFrame({"rank": [0, 0], "w": ["a", "b"], "start_ns": [30, 120], "end_ns": [120, 120]})
-    got = window_measures(act, win, ["rank", "device"]).sort("device", "w")
+    got = window_measures(DEVICES, win, ["rank", "device"]).sort("device", "w")
     assert got.select("device", "w", "busy_ns", "compute_ns").rows() == [
         (0, "a", 30, 30),
         (0, "b", 0, 0),
@@ -102,3 +107,17 @@ def test_window_measures_equal_a_cut_on_random_rows():
         .sort("rank", "k")
     )
     assert got.rows() == want.rows()
+
+
+def test_step_span_measures_per_device_spans():
+    # keys rank, device: each device tiles its own steps. Device 0: compute [0, 50) s1, [60, 70) s2;
+    # device 1: comm [40, 130) s1, compute [110, 150) s2. Device 0 spans s1 [0, 50) (busy = compute
+    # = 50), s2 [50, 70) (window 20, busy = compute = 10); device 1 s1 [40, 130) (window = busy 90,
+    # compute [110, 130) = 20), s2 [130, 150) (window = busy = compute = 20).
+    got = step_span_measures(DEVICES, keys=["rank", "device"])
+    assert got.rows() == [
+        (0, 0, 1, 50, 50, 50),
+        (0, 0, 2, 20, 10, 10),
+        (0, 1, 1, 90, 90, 20),
+        (0, 1, 2, 20, 20, 20),
+    ]

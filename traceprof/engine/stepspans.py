@@ -1,7 +1,7 @@
 """Step spans that tile a rank's time, and the rank's activity measured within each.
 
-Algorithm (``temporal``'s per-step table and the regression diff's per-step idle read it):
-  1. Each rank's step windows (:func:`step_windows`, ``critical_path``'s step account): step k ends
+Algorithm (``temporal``'s per-step table reads it):
+  1. Each rank's (or device's) step windows (:func:`step_windows`, ``critical_path``'s step account): step k ends
      where its work ends, kept non-decreasing over the rank's steps, and starts where step k-1
      ended. :func:`step_span_measures` takes the bounds of the activity launched in each step
      (its first start and last end) as that work, so a collective that runs into the next step
@@ -28,7 +28,9 @@ from traceprof.engine.intervals import sorting
 __all__ = ["step_windows", "window_measures", "step_span_measures"]
 
 
-def step_windows(steps: pl.DataFrame, keep: list[str] | None = None) -> pl.DataFrame:
+def step_windows(
+    steps: pl.DataFrame, keep: list[str] | None = None, by: Sequence[str] = ("rank",)
+) -> pl.DataFrame:
     """Each rank's step windows, which tile its profiled time (``critical_path``'s step account).
 
     Step k ends where its work ends (its last GPU activity's end, ``device_end_ns``; without GPU
@@ -41,16 +43,19 @@ def step_windows(steps: pl.DataFrame, keep: list[str] | None = None) -> pl.DataF
         steps: rank, step, cpu_start_ns, cpu_end_ns, device_start_ns, device_end_ns (ns; device
             ones null for a step without GPU activity), one row per (rank, step).
         keep: Other columns of ``steps`` to keep.
+        by: The columns whose steps tile one timeline: rank (``["rank", "device"]``: each device
+            of a rank its own, ``steps`` one row per (rank, device, step)).
 
     Returns:
-        rank, step, start_ns, end_ns (ns) and the ``keep`` columns, sorted by rank and step.
+        ``by``, step, start_ns, end_ns (ns) and the ``keep`` columns, sorted by ``by`` and step.
     """
-    w = steps.sort("rank", "step").with_columns(
-        pl.coalesce("device_end_ns", "cpu_end_ns").cum_max().over("rank").alias("end_ns"),
+    by = list(by)
+    w = steps.sort(*by, "step").with_columns(
+        pl.coalesce("device_end_ns", "cpu_end_ns").cum_max().over(by).alias("end_ns"),
         pl.min_horizontal("cpu_start_ns", "device_start_ns").alias("_first"),
     )
-    w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("rank"), "_first").alias("start_ns"))
-    return w.select("rank", "step", "start_ns", "end_ns", *(keep or []))
+    w = w.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over(by), "_first").alias("start_ns"))
+    return w.select(*by, "step", "start_ns", "end_ns", *(keep or []))
 
 
 def _covered_before(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -74,15 +79,15 @@ def window_measures(
     Args:
         act: Activity rows (``traceprof.engine.activity``): the ``keys`` columns, class, start_ns,
             end_ns (int64 ns, end exclusive). Sorted here only when not in (``keys``, start_ns) order.
-        windows: rank, start_ns, end_ns (ns) and any other columns (kept), e.g. step; a window of
-            zero length measures 0.
+        windows: Disjoint windows per group: rank (and the other ``keys`` it has), start_ns,
+            end_ns (ns) and any other columns (kept), e.g. step; a window of zero length measures 0.
         keys: The groups whose unions are measured, starting with rank (``["rank"]``, or
-            ``["rank", "device"]``: each device of a rank within each of the rank's windows; a
-            null key is a group of its own).
+            ``["rank", "device"]``: each device of a rank within each of its windows, or of the
+            rank's where ``windows`` has no device; a null key is a group of its own).
 
     Returns:
-        ``windows``' rows (one per group of ``act`` and window of its rank; windows of a rank
-        without rows are left out), with the keys after rank and busy_ns = |∪ rows ∩ window|,
+        ``windows``' rows (one per group of ``act`` and window of it; windows of a group without
+        rows are left out), with the ``keys`` and busy_ns = |∪ rows ∩ window|,
         compute_ns = |∪ compute rows ∩ window| (int64 ns), in ``windows``' order within each group.
         O(n + w log n) after the sort: n rows, w windows (module doc, step 2).
     """
@@ -100,7 +105,8 @@ def window_measures(
     )
     bounds = np.append(lo, rows.height)
     groups = rows[lo.tolist()].select(keys).with_columns(pl.Series("_g", np.arange(len(lo))))
-    pairs = groups.join(windows, on="rank", how="inner", maintain_order="left_right")
+    on = [k for k in keys if k in windows.columns]
+    pairs = groups.join(windows, on=on, how="inner", maintain_order="left_right", nulls_equal=True)
     s, e = rows.get_column("start_ns").to_numpy(), rows.get_column("end_ns").to_numpy()
     comp = (rows.get_column("class") == "compute").to_numpy()
     g, a, b = (pairs.get_column(c).to_numpy() for c in ("_g", "start_ns", "end_ns"))
@@ -125,48 +131,50 @@ def window_measures(
 def step_span_measures(
     act: pl.DataFrame, bounds: pl.DataFrame | None = None, keys: Sequence[str] = ("rank",)
 ) -> pl.DataFrame:
-    """Per (rank, step) span (module doc, step 1) of the rank's steps: its length and the
-    activity of the rank (of each group of ``keys``) within it.
+    """Per step span (module doc, step 1) of each group of ``keys``: its length and the group's
+    activity within it.
 
     Args:
         act: Activity rows of the run (``traceprof.engine.activity``): rank, class, start_ns,
             end_ns (ns), step and the ``keys`` columns.
-        bounds: Per (rank, step) first_ns and last_ns (ns) of the activity launched in the step
-            (``intervals.class_measures`` of ``act`` by rank and step, when the caller has it;
+        bounds: Per (``keys``, step) first_ns and last_ns (ns) of the activity launched in the step
+            (``intervals.class_measures`` of ``act`` by ``keys`` and step, when the caller has it;
             null steps are left out); None: taken from ``act``.
-        keys: ``["rank"]`` or ``["rank", "device"]`` (each device of a rank over the rank's spans).
+        keys: ``["rank"]``, or ``["rank", "device"]``: each device of a rank its own spans, of
+            the device's activity launched in each step (a process that drives several GPUs).
 
     Returns:
-        rank, step, the other ``keys``, window_ns (the span's length), busy_ns and compute_ns (ns)
-        of all of ``act``'s rows within the span, sorted by rank, step (and keys); steps without
-        activity launched in them are absent. Activity outside every span (launched outside any
-        step before the first span or after the last) is in no row.
+        ``keys``, step, window_ns (the span's length), busy_ns and compute_ns (ns) of all of the
+        group's rows within the span, sorted by ``keys`` and step; steps without activity
+        launched in them are absent. Activity outside every span (launched outside any step
+        before the first span or after the last) is in no row.
     """
+    keys = list(keys)
     if bounds is None:
         bounds = (
             act.lazy()
             .filter(pl.col("step").is_not_null())
-            .group_by("rank", "step")
+            .group_by(*keys, "step")
             .agg(pl.col("start_ns").min().alias("first_ns"), pl.col("end_ns").max().alias("last_ns"))
             .collect()
         )
-    m = bounds.filter(pl.col("step").is_not_null()).select("rank", "step", "first_ns", "last_ns")
+    m = bounds.filter(pl.col("step").is_not_null())
     spans = step_windows(
         m.select(
-            "rank",
+            *keys,
             "step",
             pl.col("first_ns").alias("cpu_start_ns"),
             pl.col("last_ns").alias("cpu_end_ns"),
             pl.col("first_ns").alias("device_start_ns"),
             pl.col("last_ns").alias("device_end_ns"),
-        )
+        ),
+        by=keys,
     )
     out = window_measures(act, spans, keys).select(
-        "rank",
+        *keys,
         "step",
-        *keys[1:],
         (pl.col("end_ns") - pl.col("start_ns")).alias("window_ns"),
         "busy_ns",
         "compute_ns",
     )
-    return out.sort("rank", "step", *keys[1:])
+    return out.sort(*keys, "step")

@@ -182,12 +182,18 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _lane_rows(rows: pl.DataFrame) -> pl.DataFrame:
     """:func:`_kernels` of ``rows`` (``copy`` false), and the valid copies and memsets of ``rows``
-    (``copy`` true; their lane, start and end, the rest null): these keep their lane busy as kernels
-    do (a kernel launched while a copy still runs on its stream queues behind it), and
-    :func:`_figures` reads them for that alone."""
+    (``copy`` true; their lane, start and end, the rest null) but those of a launch with kernels in
+    ``rows`` (a graph's own copy nodes): these keep their lane busy as kernels do (a kernel launched
+    while a copy still runs on its stream queues behind it), and :func:`_figures` reads them for
+    that alone."""
     kernels = _kernels(rows).with_columns(pl.lit(False).alias("copy"))
-    copies = rows.filter(pl.col("valid") & ~pl.col("kept")).select(
-        "rank", "device", "stream", "ts_ns", "end_ns", pl.lit(True).alias("copy")
+    # a launch's own copies (a graph's memcpy / memset nodes) are its work, not earlier work: the
+    # launch's first kernel follows them
+    own = kernels.filter(pl.col("launch_ts_ns").is_not_null()).select("trace_id", "correlation").unique()
+    copies = (
+        rows.filter(pl.col("valid") & ~pl.col("kept"))
+        .join(own, on=["trace_id", "correlation"], how="anti")
+        .select("rank", "device", "stream", "ts_ns", "end_ns", pl.lit(True).alias("copy"))
     )
     return pl.concat([kernels, copies], how="diagonal_relaxed") if copies.height else kernels
 

@@ -206,7 +206,8 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
 
     Algorithm: instances seen by two or more ranks, in order of first arrival; skew = last - first
     arrival (ns). Threshold = max(:data:`TRANSIENT_SKEW_FACTOR` x the median skew, the median step
-    time of the run's ``steps``). The leading run of instances whose skew exceeds it is the
+    time of the run's ``steps``; without steps, the median spacing between a rank's consecutive
+    arrivals (:func:`_pace_ns`)). The leading run of instances whose skew exceeds it is the
     transient (an outlier later in the run is a real event and stays), but only when the ranks'
     profiling starts (each rank's first step start; its first event when the run has no steps)
     differ by at least half its largest skew: ranks that started profiling together and still
@@ -241,7 +242,7 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     step_ns = store.sql(
         "SELECT quantile_disc(cpu_end_ns - cpu_start_ns, 0.5) AS s FROM steps WHERE run_id = ?", [run_id]
     ).item()
-    thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or 0), 1)
+    thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or _pace_ns(items)), 1)
     over = (inst["skew"] > thr).to_list()
     k = over.index(False) if False in over else len(over)
     if k == 0 or k == inst.height:
@@ -255,13 +256,34 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     where = f"; step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}" if steps else ""
     named = _instance_names(store, run_id, [int(i) for i in lead["instance_id"].head(3).to_list()])
     first = "the first collective to arrive" if k == 1 else f"the first {k} collectives to arrive"
+    basis = "step" if step_ns else "spacing of a rank's collectives"
     note = (
         f"profiler-start transient: {first} ({named}{', ...' if k > 3 else ''}{where}) waited up to "
         f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
-        f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
+        f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median "
+        f"{basis})): ranks started "
         f"profiling {spread / 1e6:,.1f} ms apart; left out of every analysis (not with hta=true)"
     )
     return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
+
+
+def _pace_ns(items: pl.DataFrame) -> int:
+    """The run's pace without steps (ns): the median spacing between a rank's consecutive arrivals
+    (the lower median over all ranks' gaps; 0 without two arrivals on a rank). It stands for the
+    median step in :func:`transient`'s threshold: with the median skew 0 (half the collectives
+    synchronous) and no steps, the threshold would otherwise be 1 ns and any skew at the start a
+    "transient"."""
+    gaps = (
+        items.filter(pl.col("arrival_ns").is_not_null())
+        .select("rank", "arrival_ns")
+        .unique()
+        .sort("rank", "arrival_ns")
+        .select(pl.col("arrival_ns").diff().over("rank").alias("gap"))
+        .drop_nulls()
+        .get_column("gap")
+        .sort()
+    )
+    return int(gaps[(gaps.len() - 1) // 2]) if gaps.len() else 0
 
 
 def _instance_names(store: Store, run_id: int, ids: list[int]) -> str:

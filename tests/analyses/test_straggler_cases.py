@@ -1380,3 +1380,60 @@ def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, mo
     assert got == pytest.approx({r: fix.get(r, 1.0) for r in range(4)}, rel=1e-9)
     share = {int(g): x for g, x in ranks.select("group", "bound_pct").rows()}
     assert share == pytest.approx({r: bound.get(r, 0.0) for r in range(4)}, abs=1e-9)
+
+
+def _stage_rank(rank: int) -> list[dict]:
+    """Rank ``rank`` of a two-stage pipeline on two hosts (``test_unaligned_clock_sets_*``), us on
+    its own clock: node-1 (ranks 2, 3) runs 3000 us ahead. True times: TP all_reduce of stage 0 (pg
+    "1" = [0, 1]) r0 [0, 200], r1 [20, 200]; send r0 -> r2, r1 -> r3 (pg "3" = [0, 2], "4" = [1, 3], p2p
+    Seq 1) [300, 400], recv [250, 400]; TP all_reduce of stage 1 (pg "2" = [2, 3]) r2 [500, 700],
+    r3 [530, 700]."""
+    ahead = 3000 if rank >= 2 else 0
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    sr = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+    if rank < 2:
+        peer = collective_args(
+            "send", 1, pg=str(3 + rank), ranks=[rank, rank + 2], p2p_src=rank, p2p_dst=rank + 2
+        )
+        ops = [
+            (ar, collective_args("allreduce", 1, pg="1", ranks=[0, 1]), (0, 20)[rank], 200),
+            (sr, peer, 300, 400),
+        ]
+    else:
+        peer = collective_args(
+            "recv", 1, pg=str(1 + rank), ranks=[rank - 2, rank], p2p_src=rank - 2, p2p_dst=rank
+        )
+        ops = [
+            (sr, peer, 250, 400),
+            (ar, collective_args("allreduce", 1, pg="2", ranks=[2, 3]), (500, 530)[rank - 2], 700),
+        ]
+    events = [step(1, ahead, 1000)]
+    for i, (name, args, a, b) in enumerate(ops):
+        events.append(launch(ahead + a - 8, 70 + i))
+        events.append(kernel(name, 20, ahead + a, b - a, 70 + i, **args))
+    return events
+
+
+def test_unaligned_clock_sets_leave_their_links_out(store, tmp_path):
+    """Pipeline stages on two hosts linked by send / recv only: no collective with end times links
+    the hosts, so their clocks cannot be aligned (node-1's 3 ms stays in) and the transfers between
+    them have no measurable arrival skew (g13 h17).
+
+    By hand: before, the two p2p instances had skews 2,950 us (r2 recv at 3250 vs r0 send at 300) and
+    2,950 us, rank 3 last at 2 of 2 (held up 2,980 us), rank 2 at 1; now they are left out with a
+    note: 2 instances, the TP all_reduces: rank 1 last (20 us late: wait caused 20 us), rank 3 last
+    (30 us late: 30 us)."""
+    for r in range(4):
+        write_rank(
+            tmp_path / "pp" / f"r{r}.json", _stage_rank(r), r, world=4, backend="nccl", host=f"node-{r // 2}"
+        )
+    ingest(store, [tmp_path / "pp"], run="pp")
+    res = analyze(store, "stragglers", "pp")
+    assert sorted(res.instances["pg"].to_list()) == ["1", "2"]
+    assert res.instances.sort("pg")["skew_ns"].to_list() == [20_000, 30_000]
+    got = {
+        r["rank"]: (r["instances"], r["last_count"], r["wait_caused_ns"])
+        for r in res.frame.iter_rows(named=True)
+    }
+    assert got == {0: (1, 0, 0), 1: (1, 1, 20_000), 2: (1, 0, 0), 3: (1, 1, 30_000)}
+    assert [n for n in res.notes if "could not be aligned to each other" in n and n.startswith("2 matched")]

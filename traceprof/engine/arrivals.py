@@ -27,6 +27,8 @@ from traceprof.storage.store import Store
 
 __all__ = [
     "comm_items",
+    "unaligned_instances",
+    "unaligned_note",
     "p2p_items",
     "Transient",
     "transient",
@@ -98,8 +100,107 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     df = df.with_columns(own.alias("_own_step")).with_columns(
         pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().min().over("instance_id")).alias("step")
     )
+    # instances across clock sets that could not be aligned to each other have no measurable
+    # arrivals (:func:`unaligned_instances`)
+    cut = unaligned_instances(store, run_id)
+    if cut:
+        df = df.filter(~pl.col("instance_id").is_in(list(cut)))
     # SQL's GROUP BY returns rows in any order: sorted, every later tie and float sum is reproducible
     return df.drop("_own_step").sort("instance_id", "rank"), source
+
+
+#: Per rank: its host and offset, and the collectives (not point-to-point) it ended on with at
+#: least one other rank, as the clock estimate reads them (``traceprof.ingest.clock``).
+_CLOCK_LINKS = """
+WITH e AS (SELECT c.instance_id, c.rank FROM collectives c JOIN traces t USING (trace_id)
+           WHERE c.run_id = $1 AND c.instance_id IS NOT NULL AND c.end_ns IS NOT NULL
+             AND NOT coalesce(c.p2p, c.op IN ('send', 'recv', 'send_recv'), false)
+           GROUP BY ALL),
+     k AS (SELECT instance_id FROM e GROUP BY instance_id HAVING count(*) >= 2)
+SELECT instance_id, rank FROM e SEMI JOIN k USING (instance_id) ORDER BY instance_id, rank
+"""
+
+
+def _clock_sets(store: Store, run_id: int) -> dict[int, int] | None:
+    """Each rank's clock set (a representative rank) when the run's clocks were estimated but its
+    ranks form several sets not linked to each other (``runs.clock_aligned`` false, some
+    ``traces.clock_residual_ns`` set; ``traceprof.ingest.clock``); None otherwise (aligned, or
+    alignment off: the clocks are taken as they are). Sets are linked by a collective (not a
+    point-to-point op: send and recv need not end together) ended on two or more of their ranks,
+    and by a host: ranks on one host with the same offset share a clock."""
+    row = store.sql(
+        "SELECT r.clock_aligned, bool_or(t.clock_residual_ns IS NOT NULL) FROM runs r "
+        "JOIN traces t USING (run_id) WHERE r.run_id = ? GROUP BY ALL",
+        [run_id],
+    ).rows()
+    if not row or row[0][0] or not row[0][1]:
+        return None
+    parent: dict[int, int] = {}
+
+    def find(r: int) -> int:
+        while parent.setdefault(r, r) != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    ranks = store.sql(
+        "SELECT DISTINCT rank, host, clock_offset_ns FROM traces WHERE run_id = ? AND rank IS NOT NULL",
+        [run_id],
+    ).rows()
+    by_host: dict[tuple[str, int], int] = {}
+    for rank, host, offset in ranks:
+        find(int(rank))
+        if host is not None:
+            union(int(rank), by_host.setdefault((host, int(offset or 0)), int(rank)))
+    last: tuple[int, int] | None = None
+    for inst, rank in store.sql(_CLOCK_LINKS, [run_id]).rows():
+        if last is not None and last[0] == inst:
+            union(last[1], int(rank))
+        last = (int(inst), int(rank))
+    return {r: find(r) for r in list(parent)}
+
+
+@lasting
+@shared
+def unaligned_instances(store: Store, run_id: int) -> tuple[int, ...]:
+    """Matched instances whose ranks lie in clock sets that could not be aligned to each other
+    (:func:`_clock_sets`; e.g. pipeline stages on two hosts linked by send / recv only): their
+    arrivals are on different clocks, so skew, waits and lateness between them are not measured.
+    :func:`comm_items` leaves them out; empty when the run's clocks are one set. Reads
+    ``runs.clock_aligned``, ``traces.{rank, host, clock_offset_ns, clock_residual_ns}``,
+    ``collectives.{instance_id, rank, end_ns, p2p, op}``."""
+    sets = _clock_sets(store, run_id)
+    if sets is None or len(set(sets.values())) < 2:
+        return ()
+    rows = store.sql(
+        "SELECT DISTINCT instance_id, rank FROM collectives WHERE run_id = ? AND instance_id IS NOT NULL",
+        [run_id],
+    )
+    if rows.is_empty():
+        return ()
+    keyed = rows.with_columns(
+        pl.col("rank").replace_strict(sets, default=None, return_dtype=pl.Int64).alias("_set")
+    )
+    split = keyed.group_by("instance_id").agg(pl.col("_set").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return tuple(sorted(int(i) for i in split["instance_id"].to_list()))
+
+
+def unaligned_note(store: Store, run_id: int) -> str | None:
+    """The note on :func:`unaligned_instances` (None when there are none)."""
+    cut = unaligned_instances(store, run_id)
+    if not cut:
+        return None
+    return (
+        f"{len(cut)} matched collective(s) or transfer(s) join ranks whose clocks could not be aligned to "
+        "each other (no collective with end times links their sets: runs.clock_aligned is false; e.g. "
+        "pipeline stages on different hosts linked by send / recv only): their arrival skews and waits "
+        "are on different clocks, so they are left out"
+    )
 
 
 def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFrame:

@@ -27,6 +27,7 @@ from traceprof.storage.store import Store
 
 __all__ = [
     "comm_items",
+    "components",
     "unaligned_instances",
     "unaligned_note",
     "p2p_items",
@@ -135,34 +136,41 @@ def _clock_sets(store: Store, run_id: int) -> dict[int, int] | None:
     ).rows()
     if not row or row[0][0] or not row[0][1]:
         return None
-    parent: dict[int, int] = {}
-
-    def find(r: int) -> int:
-        while parent.setdefault(r, r) != r:
-            parent[r] = parent[parent[r]]
-            r = parent[r]
-        return r
-
-    def union(a: int, b: int) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
     ranks = store.sql(
         "SELECT DISTINCT rank, host, clock_offset_ns FROM traces WHERE run_id = ? AND rank IS NOT NULL",
         [run_id],
     ).rows()
-    by_host: dict[tuple[str, int], int] = {}
+    groups: dict[object, list[int]] = {}
     for rank, host, offset in ranks:
-        find(int(rank))
-        if host is not None:
-            union(int(rank), by_host.setdefault((host, int(offset or 0)), int(rank)))
-    last: tuple[int, int] | None = None
+        groups.setdefault(
+            ("host", host, int(offset or 0)) if host is not None else ("rank", rank), []
+        ).append(int(rank))
     for inst, rank in store.sql(_CLOCK_LINKS, [run_id]).rows():
-        if last is not None and last[0] == inst:
-            union(last[1], int(rank))
-        last = (int(inst), int(rank))
-    return {r: find(r) for r in list(parent)}
+        groups.setdefault(("instance", inst), []).append(int(rank))
+    return {r: c[0] for c in components([tuple(g) for g in groups.values()]) for r in c}
+
+
+def components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Groups of ranks merged where they share ranks (union-find), each sorted; sorted by first
+    rank (the clock sets here, the mesh's linked groups in ``analyses._mesh``)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for g in groups:
+        for r in g[1:]:
+            a, b = find(g[0]), find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+        find(g[0])
+    comps: dict[int, list[int]] = {}
+    for r in parent:
+        comps.setdefault(find(r), []).append(r)
+    return sorted(tuple(sorted(c)) for c in comps.values())
 
 
 @lasting

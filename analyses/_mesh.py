@@ -68,6 +68,7 @@ import polars as pl
 
 from traceprof.core.errors import UsageError
 from traceprof.core.text import COUNTED, first_few
+from traceprof.engine.arrivals import components
 from traceprof.storage.store import Store
 
 __all__ = ["AXIS_WORDS", "Axis", "Mesh", "Group", "infer", "parse_mesh", "axis_words", "run_groups"]
@@ -275,28 +276,6 @@ def _ranks(text: str | None) -> tuple[int, ...] | None:
     return tuple(sorted(int(x) for x in v)) if isinstance(v, list) and v else None
 
 
-def _components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """Groups merged where they share ranks (union-find), each sorted; sorted by first rank."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for g in groups:
-        for r in g[1:]:
-            a, b = find(g[0]), find(r)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-        find(g[0])
-    comps: dict[int, list[int]] = {}
-    for r in parent:
-        comps.setdefault(find(r), []).append(r)
-    return sorted(tuple(sorted(c)) for c in comps.values())
-
-
 def _listed(groups: list[tuple[int, ...]], n: int = 3) -> str:
     """The first ``n`` groups as ``{1, 2, 3}``, then how many more."""
     return first_few(groups, n, more=COUNTED, shown=lambda g: "{" + ", ".join(map(str, g)) + "}")
@@ -431,7 +410,7 @@ def _from_groups(
     fams: list[_Fam] = []
     known: set[tuple[int, ...]] = set()  # member sets of the named axes' groups
     for a in sorted(named):
-        comps = _components(sorted(named[a]))
+        comps = components(sorted(named[a]))
         how = f"named groups ({first_few(sorted(labels[a]))})"
         fam = _family(a, comps, how, notes)
         if fam is not None:

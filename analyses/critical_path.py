@@ -112,7 +112,7 @@ from traceprof.engine.analysis import (
     register,
     reusing,
 )
-from traceprof.engine.arrivals import p2p_items, run_transient
+from traceprof.engine.arrivals import p2p_items, run_transient, unaligned_note
 from traceprof.ingest.matching import run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -1103,7 +1103,7 @@ def run(store: Store, params: Params) -> Result:
     notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, dev_exposed)
     notes += missing_step_notes(windows)
     notes += graph_level_notes(store, run_id)
-    notes += [n for n in (excluded_note(store, run_id),) if n]
+    notes += [n for n in (excluded_note(store, run_id), unaligned_note(store, run_id)) if n]
     return Result(
         frame=frame,
         ranks=_ranks(frame),

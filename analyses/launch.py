@@ -12,7 +12,8 @@ hash passes; the same figures DuckDB window functions gave, in about 65% of thei
      before_launch, far_outside, ...), are left out; a kernel stamped a few us before its launch
      call (``launch_skew``, clock jitter) is counted with its work but has no latency.
   2. The latency includes queueing behind earlier work on the lane. A kernel is launched onto an
-     idle lane (device, stream) when every earlier kernel of it had ended by its launch; the latency of
+     idle lane (device, stream) when every earlier kernel, copy and memset of it had ended by its
+     launch (a kernel launched behind a running copy queues as it does behind a kernel); the latency of
      those is the launch overhead (``idle_latency_p50_ns``), plus any wait on another stream (an
      NCCL kernel waiting for the compute stream's event shows up here).
   3. Per rank, per (rank, device, stream) and per (rank, step): p50/p90/p99 (linear interpolation), max and
@@ -179,6 +180,24 @@ def _kernels(rows: pl.DataFrame) -> pl.DataFrame:
     return first.select(*_KERNEL_COLUMNS, kept.alias("launch_rows"))
 
 
+def _lane_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_kernels` of ``rows`` (``copy`` false), and the valid copies and memsets of ``rows``
+    (``copy`` true; their lane, start and end, the rest null) but those of a launch with kernels in
+    ``rows`` (a graph's own copy nodes): these keep their lane busy as kernels do (a kernel launched
+    while a copy still runs on its stream queues behind it), and :func:`_figures` reads them for
+    that alone."""
+    kernels = _kernels(rows).with_columns(pl.lit(False).alias("copy"))
+    # a launch's own copies (a graph's memcpy / memset nodes) are its work, not earlier work: the
+    # launch's first kernel follows them
+    own = kernels.filter(pl.col("launch_ts_ns").is_not_null()).select("trace_id", "correlation").unique()
+    copies = (
+        rows.filter(pl.col("valid") & ~pl.col("kept"))
+        .join(own, on=["trace_id", "correlation"], how="anti")
+        .select("rank", "device", "stream", "ts_ns", "end_ns", pl.lit(True).alias("copy"))
+    )
+    return pl.concat([kernels, copies], how="diagonal_relaxed") if copies.height else kernels
+
+
 @dataclass(frozen=True)
 class Params(RunParams):
     """``short_ns``: kernels shorter than this count as short, launch-bound work (10 us)."""
@@ -228,7 +247,8 @@ def _launch_columns(*keys: Column) -> tuple[Column, ...]:
         rc.ns("latency_max_ns", "Largest latency"),
         rc.ns("latency_mean_ns", "Mean latency, rounded"),
         rc.count(
-            "idle_launches", "Kernels launched onto an idle lane (every earlier kernel of it had ended)"
+            "idle_launches",
+            "Kernels launched onto an idle lane (every earlier kernel, copy and memset of it had ended)",
         ),
         rc.ns("idle_latency_p50_ns", "Their median latency (the launch overhead), rounded"),
         rc.count("short_kernels", "Kernels shorter than short_ns (launch-bound)"),
@@ -265,10 +285,10 @@ class _Figures(NamedTuple):
 
 
 def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
-    """The per-rank, per-lane and per-step frames of kernels ``k`` (:func:`_kernels` of whole
-    ranks), each sorted by its keys; the count of kernels stamped before their launch call and the
+    """The per-rank, per-lane and per-step frames of kernels ``k`` (:func:`_lane_rows` of whole
+    ranks: the copies and memsets in it only make their lane busy), each sorted by its keys; the count of kernels stamped before their launch call and the
     largest such lead (ns); None without kernels."""
-    if k.is_empty():
+    if not k.get_column("copy").not_().any():
         return None
     lane = ["rank", "device", "stream"]
     # sorted by lane and start (end on a tie; nulls last; ties kept in the order read): the rows
@@ -288,7 +308,8 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
                 pl.col("launch_ts_ns").is_not_null()
                 & ((pl.col("launch_rows") > 1) | pl.col("graph_call").fill_null(False))
             ).alias("graph_kernel"),
-            # the lane's latest end before this kernel: idle at launch when it ended before the launch
+            # the lane's latest end before this kernel (of its kernels, copies and memsets): idle at
+            # launch when it ended before the launch
             pl.col("end_ns").cum_max().shift(1).over(lane).alias("prev_end_ns"),
         )
         .with_columns(
@@ -296,6 +317,7 @@ def _figures(k: pl.DataFrame, params: Params) -> _Figures | None:
             .fill_null(False)
             .alias("idle_at_launch")
         )
+        .filter(~pl.col("copy"))
     )
     lat, dur = pl.col("latency_ns"), pl.col("dur_ns")
     short = dur < params.short_ns
@@ -349,7 +371,7 @@ def run(store: Store, params: Params) -> Result:
     # rank is read trace by trace (``trace_id = N`` reaches below the view's window of launches,
     # ``rank = N`` does not: every rank would read the whole run)
     if rank_list(store, run_id) is None:
-        parts = [_figures(_kernels(_gpu_rows(store, run_id)), params)]
+        parts = [_figures(_lane_rows(_gpu_rows(store, run_id)), params)]
     else:
         traces = store.sql(
             "SELECT rank, list(trace_id ORDER BY trace_id) AS ids FROM traces WHERE run_id = ? "
@@ -359,7 +381,7 @@ def run(store: Store, params: Params) -> Result:
         parts = [
             _figures(
                 pl.concat(
-                    [_kernels(_gpu_rows(store, run_id, t)) for t in ids],
+                    [_lane_rows(_gpu_rows(store, run_id, t)) for t in ids],
                     rechunk=True,
                 ),
                 params,

@@ -112,6 +112,7 @@ from traceprof.core.schema import ARRIVAL_SQL, Column
 from traceprof.core.text import short_list
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Note, Report, RunParams, Topic, register
+from traceprof.engine.arrivals import unaligned_note
 from traceprof.engine.intervals import merge, union_ns
 from traceprof.ingest.matching import arrival_clock_note, fallback_note, run_steps
 from traceprof.storage.runs import not_shown_to_straggle, run_label, straggler_gap_text
@@ -694,6 +695,7 @@ def run(store: Store, params: Params) -> Result:
         n
         for n in (
             transient.note,
+            unaligned_note(store, run_id),
             fallback_note(store, run_id),
             arrival_clock_note(store, run_id, source),
             partial,

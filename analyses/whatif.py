@@ -118,6 +118,7 @@ from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register, release_pool
+from traceprof.engine.arrivals import unaligned_note
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -554,7 +555,7 @@ def run(store: Store, params: Params) -> Result:
         params,
         partial is not None,
     )
-    extra = tuple(n for n in (transient.note, partial) if n)
+    extra = tuple(n for n in (transient.note, unaligned_note(store, run_id), partial) if n)
     return Result(frame=frame, blame=blame, summary=summary, notes=notes + extra)
 
 

@@ -63,6 +63,53 @@ def test_latency_and_short_kernels_by_hand(store, tmp_path):
     assert (r["short_kernels"], r["short_ns"]) == (2, 3_000)
 
 
+def test_copy_running_on_the_lane_makes_it_busy_at_launch(store, tmp_path):
+    """A kernel launched while a copy still runs on its stream queues behind the copy: it is not a
+    launch onto an idle lane (g13 h03: a copy then a kernel on "stream 1" of two devices).
+
+    By hand (us), stream 1 of device 0 and of device 1:
+      dev 0: copy [100, 200) (cudaMemcpyAsync 80), K [200, 500) L=150 -> 50 (copy running: busy),
+             K [700, 1100) L=680 -> 20 (idle);
+      dev 1: copy [400, 450) (380), K [450, 800) L=420 -> 30 (busy), K [1000, 1400) L=980 -> 20 (idle).
+      dev 0 again: a graph launch at 1200 whose first node is a copy [1250, 1260), then K [1260, 1300):
+             latency 50 to the copy; the lane was idle at 1200 (its own copy is no earlier work).
+    Latencies 50, 20, 30, 20, 50: p50 30, max 50, mean 34; idle launches 3 (680, 980, 1200; 4 before
+    the fix counted the kernels at 150 and 420, not 1200's), their p50 = median(20, 20, 50) = 20.
+    """
+    dev = [
+        ("copy", 0, 100, 100, 1, 80),
+        ("K", 0, 200, 300, 2, 150),
+        ("copy", 1, 400, 50, 3, 380),
+        ("K", 1, 450, 350, 4, 420),
+        ("K", 0, 700, 400, 5, 680),
+        ("K", 1, 1000, 400, 6, 980),
+        ("copy", 0, 1250, 10, 7, 1200),
+        ("K", 0, 1260, 40, 7, None),
+    ]
+    events = [step(1, 0, 1500)]
+    for name, device, ts, dur, corr, at in dev:
+        if name == "copy":
+            events.append(
+                kernel("Memcpy HtoD (Pinned -> Device)", 1, ts, dur, corr, cat="gpu_memcpy", bytes=4096)
+            )
+            events.append(launch(at, corr, name="cudaMemcpyAsync" if corr < 7 else "cudaGraphLaunch"))
+        else:
+            events.append(kernel("K", 1, ts, dur, corr))
+            if at is not None:
+                events.append(launch(at, corr))
+        gpu = events[-1] if at is None and name == "K" else events[-2]
+        gpu["args"]["device"] = gpu["pid"] = device
+    ingest(store, [kineto(tmp_path / "r0.json.gz", events)], run="r")
+    r = analyze(store, "launch", "r").frame.row(0, named=True)
+    assert (r["kernels"], r["latency_p50_ns"], r["latency_max_ns"], r["latency_mean_ns"]) == (
+        5,
+        30_000,
+        50_000,
+        34_000,
+    )
+    assert (r["idle_launches"], r["idle_latency_p50_ns"]) == (3, 20_000)
+
+
 def test_cpu_only_run_is_an_error(store, tmp_path):
     cpu = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]
     ingest(store, [kineto(tmp_path / "cpu.json.gz", cpu)], run="cpu")

@@ -893,6 +893,56 @@ def test_profiler_start_transient_is_left_out(store, tmp_path):
     assert wi.frame["step"].to_list() == [2, 3, 4] and wi.summary["transient_steps"].item() == 1
 
 
+def _fr_two_ranks(d: Path, times_us: list[tuple[int, int, int]]) -> Path:
+    """Flight Recorder dumps of ranks 0, 1 (pg "0" = [0, 1], no steps): all_reduce seq k + 1 created
+    at times_us[k][0] on rank 0 and times_us[k][1] on rank 1, completed at times_us[k][2] (us)."""
+    tmpl = json.loads((case("fr_two_groups_same_pg_name") / "rank0.fr.json").read_text())
+    a0 = tmpl["entries"][0]["time_created_ns"]
+    d.mkdir()
+    for r in (0, 1):
+        doc = json.loads(json.dumps(tmpl))
+        entries = []
+        for k, t in enumerate(times_us):
+            e = json.loads(json.dumps(tmpl["entries"][0]))
+            e.update(record_id=k, collective_seq_id=k + 1)
+            e["time_created_ns"] = a0 + t[r] * US
+            e["time_discovered_started_ns"] = e["time_created_ns"] + 10 * US
+            e["time_discovered_completed_ns"] = a0 + t[2] * US
+            entries.append(e)
+        doc["entries"] = entries
+        (d / f"rank{r}.fr.json").write_text(json.dumps(doc))
+    return d
+
+
+def test_no_steps_and_median_skew_zero_is_no_transient(store, tmp_path):
+    """Without steps the transient threshold's floor is the spacing of a rank's collectives, not
+    1 ns (g13 h09: Inspector records without steps where half the collectives have skew 0).
+
+    By hand: 6 all_reduces 10 ms apart, rank 1 40 us late at the first 2, on time after: skews
+    40, 40, 0, 0, 0, 0 us; the lower median skew is 0, so 20 x median = 0 and, without steps, the
+    threshold was max(0, 0, 1) = 1 ns: the first 2 were a "profiler-start transient" and left out
+    (rank 1 last at 0 of 4, wait caused 0). Now the floor is the median spacing of a rank's
+    arrivals, 10 ms: nothing is left out; rank 1 last at 2 (4 ties), wait caused 2 x 40 = 80 us.
+    A real transient is still left out: rank 1 started 2 s late (its first all_reduce created at
+    2 s, rank 0's at 0, both complete at 2 s + 600 us; then every 10 ms, rank 1 40 us late once):
+    skews 2 s, 40 us, 0, 0, 0, 0; threshold max(0, 10 ms) = 10 ms: the first instance only."""
+    t = [(10_000 * k, 10_000 * k + (40 if k < 2 else 0), 10_000 * k + 600) for k in range(6)]
+    ingest(store, [_fr_two_ranks(tmp_path / "late40", t)], run="late40")
+    res = analyze(store, "stragglers", "late40")
+    assert not [n for n in res.notes if n.startswith("profiler-start transient")]
+    r1 = res.frame.filter(pl.col("rank") == 1).row(0, named=True)
+    assert (r1["instances"], r1["last_count"], r1["tie_count"], r1["wait_caused_ns"]) == (6, 2, 4, 80_000)
+    s = 2_000_000
+    t = [(0, s, s + 600)] + [
+        (s + 10_000 * k, s + 10_000 * k + (40 if k == 1 else 0), s + 10_000 * k + 600) for k in range(1, 6)
+    ]
+    ingest(store, [_fr_two_ranks(tmp_path / "start2s", t)], run="start2s")
+    res = analyze(store, "stragglers", "start2s")
+    (note,) = [n for n in res.notes if n.startswith("profiler-start transient")]
+    assert "the first collective to arrive" in note and "the median spacing of a rank's collectives" in note
+    assert res.frame.filter(pl.col("rank") == 1)["instances"].item() == 5
+
+
 def test_stall_before_the_first_collective_is_not_a_transient(store, tmp_path):
     # Both ranks start profiling together (step 1 at 0 ms on both), but rank 1 computes 2 s before
     # its first all-reduce (arrives at 2005 ms, rank 0 at 5). The skews and the threshold are those
@@ -1330,3 +1380,60 @@ def test_fixes_replay_only_what_they_cannot_take_from_others(store, tmp_path, mo
     assert got == pytest.approx({r: fix.get(r, 1.0) for r in range(4)}, rel=1e-9)
     share = {int(g): x for g, x in ranks.select("group", "bound_pct").rows()}
     assert share == pytest.approx({r: bound.get(r, 0.0) for r in range(4)}, abs=1e-9)
+
+
+def _stage_rank(rank: int) -> list[dict]:
+    """Rank ``rank`` of a two-stage pipeline on two hosts (``test_unaligned_clock_sets_*``), us on
+    its own clock: node-1 (ranks 2, 3) runs 3000 us ahead. True times: TP all_reduce of stage 0 (pg
+    "1" = [0, 1]) r0 [0, 200], r1 [20, 200]; send r0 -> r2, r1 -> r3 (pg "3" = [0, 2], "4" = [1, 3], p2p
+    Seq 1) [300, 400], recv [250, 400]; TP all_reduce of stage 1 (pg "2" = [2, 3]) r2 [500, 700],
+    r3 [530, 700]."""
+    ahead = 3000 if rank >= 2 else 0
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    sr = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+    if rank < 2:
+        peer = collective_args(
+            "send", 1, pg=str(3 + rank), ranks=[rank, rank + 2], p2p_src=rank, p2p_dst=rank + 2
+        )
+        ops = [
+            (ar, collective_args("allreduce", 1, pg="1", ranks=[0, 1]), (0, 20)[rank], 200),
+            (sr, peer, 300, 400),
+        ]
+    else:
+        peer = collective_args(
+            "recv", 1, pg=str(1 + rank), ranks=[rank - 2, rank], p2p_src=rank - 2, p2p_dst=rank
+        )
+        ops = [
+            (sr, peer, 250, 400),
+            (ar, collective_args("allreduce", 1, pg="2", ranks=[2, 3]), (500, 530)[rank - 2], 700),
+        ]
+    events = [step(1, ahead, 1000)]
+    for i, (name, args, a, b) in enumerate(ops):
+        events.append(launch(ahead + a - 8, 70 + i))
+        events.append(kernel(name, 20, ahead + a, b - a, 70 + i, **args))
+    return events
+
+
+def test_unaligned_clock_sets_leave_their_links_out(store, tmp_path):
+    """Pipeline stages on two hosts linked by send / recv only: no collective with end times links
+    the hosts, so their clocks cannot be aligned (node-1's 3 ms stays in) and the transfers between
+    them have no measurable arrival skew (g13 h17).
+
+    By hand: before, the two p2p instances had skews 2,950 us (r2 recv at 3250 vs r0 send at 300) and
+    2,950 us, rank 3 last at 2 of 2 (held up 2,980 us), rank 2 at 1; now they are left out with a
+    note: 2 instances, the TP all_reduces: rank 1 last (20 us late: wait caused 20 us), rank 3 last
+    (30 us late: 30 us)."""
+    for r in range(4):
+        write_rank(
+            tmp_path / "pp" / f"r{r}.json", _stage_rank(r), r, world=4, backend="nccl", host=f"node-{r // 2}"
+        )
+    ingest(store, [tmp_path / "pp"], run="pp")
+    res = analyze(store, "stragglers", "pp")
+    assert sorted(res.instances["pg"].to_list()) == ["1", "2"]
+    assert res.instances.sort("pg")["skew_ns"].to_list() == [20_000, 30_000]
+    got = {
+        r["rank"]: (r["instances"], r["last_count"], r["wait_caused_ns"])
+        for r in res.frame.iter_rows(named=True)
+    }
+    assert got == {0: (1, 0, 0), 1: (1, 1, 20_000), 2: (1, 0, 0), 3: (1, 1, 30_000)}
+    assert [n for n in res.notes if "could not be aligned to each other" in n and n.startswith("2 matched")]

@@ -27,6 +27,9 @@ from traceprof.storage.store import Store
 
 __all__ = [
     "comm_items",
+    "components",
+    "unaligned_instances",
+    "unaligned_note",
     "p2p_items",
     "Transient",
     "transient",
@@ -98,8 +101,114 @@ def comm_items(store: Store, run_id: int, source: str | None = None) -> tuple[pl
     df = df.with_columns(own.alias("_own_step")).with_columns(
         pl.coalesce("step", pl.col("_own_step").drop_nulls().mode().min().over("instance_id")).alias("step")
     )
+    # instances across clock sets that could not be aligned to each other have no measurable
+    # arrivals (:func:`unaligned_instances`)
+    cut = unaligned_instances(store, run_id)
+    if cut:
+        df = df.filter(~pl.col("instance_id").is_in(list(cut)))
     # SQL's GROUP BY returns rows in any order: sorted, every later tie and float sum is reproducible
     return df.drop("_own_step").sort("instance_id", "rank"), source
+
+
+#: Per rank: its host and offset, and the collectives (not point-to-point) it ended on with at
+#: least one other rank, as the clock estimate reads them (``traceprof.ingest.clock``).
+_CLOCK_LINKS = """
+WITH e AS (SELECT c.instance_id, c.rank FROM collectives c JOIN traces t USING (trace_id)
+           WHERE c.run_id = $1 AND c.instance_id IS NOT NULL AND c.end_ns IS NOT NULL
+             AND NOT coalesce(c.p2p, c.op IN ('send', 'recv', 'send_recv'), false)
+           GROUP BY ALL),
+     k AS (SELECT instance_id FROM e GROUP BY instance_id HAVING count(*) >= 2)
+SELECT instance_id, rank FROM e SEMI JOIN k USING (instance_id) ORDER BY instance_id, rank
+"""
+
+
+def _clock_sets(store: Store, run_id: int) -> dict[int, int] | None:
+    """Each rank's clock set (a representative rank) when the run's clocks were estimated but its
+    ranks form several sets not linked to each other (``runs.clock_aligned`` false, some
+    ``traces.clock_residual_ns`` set; ``traceprof.ingest.clock``); None otherwise (aligned, or
+    alignment off: the clocks are taken as they are). Sets are linked by a collective (not a
+    point-to-point op: send and recv need not end together) ended on two or more of their ranks,
+    and by a host: ranks on one host with the same offset share a clock."""
+    row = store.sql(
+        "SELECT r.clock_aligned, bool_or(t.clock_residual_ns IS NOT NULL) FROM runs r "
+        "JOIN traces t USING (run_id) WHERE r.run_id = ? GROUP BY ALL",
+        [run_id],
+    ).rows()
+    if not row or row[0][0] or not row[0][1]:
+        return None
+    ranks = store.sql(
+        "SELECT DISTINCT rank, host, clock_offset_ns FROM traces WHERE run_id = ? AND rank IS NOT NULL",
+        [run_id],
+    ).rows()
+    groups: dict[object, list[int]] = {}
+    for rank, host, offset in ranks:
+        groups.setdefault(
+            ("host", host, int(offset or 0)) if host is not None else ("rank", rank), []
+        ).append(int(rank))
+    for inst, rank in store.sql(_CLOCK_LINKS, [run_id]).rows():
+        groups.setdefault(("instance", inst), []).append(int(rank))
+    return {r: c[0] for c in components([tuple(g) for g in groups.values()]) for r in c}
+
+
+def components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Groups of ranks merged where they share ranks (union-find), each sorted; sorted by first
+    rank (the clock sets here, the mesh's linked groups in ``analyses._mesh``)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for g in groups:
+        for r in g[1:]:
+            a, b = find(g[0]), find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+        find(g[0])
+    comps: dict[int, list[int]] = {}
+    for r in parent:
+        comps.setdefault(find(r), []).append(r)
+    return sorted(tuple(sorted(c)) for c in comps.values())
+
+
+@lasting
+@shared
+def unaligned_instances(store: Store, run_id: int) -> tuple[int, ...]:
+    """Matched instances whose ranks lie in clock sets that could not be aligned to each other
+    (:func:`_clock_sets`; e.g. pipeline stages on two hosts linked by send / recv only): their
+    arrivals are on different clocks, so skew, waits and lateness between them are not measured.
+    :func:`comm_items` leaves them out; empty when the run's clocks are one set. Reads
+    ``runs.clock_aligned``, ``traces.{rank, host, clock_offset_ns, clock_residual_ns}``,
+    ``collectives.{instance_id, rank, end_ns, p2p, op}``."""
+    sets = _clock_sets(store, run_id)
+    if sets is None or len(set(sets.values())) < 2:
+        return ()
+    rows = store.sql(
+        "SELECT DISTINCT instance_id, rank FROM collectives WHERE run_id = ? AND instance_id IS NOT NULL",
+        [run_id],
+    )
+    if rows.is_empty():
+        return ()
+    keyed = rows.with_columns(
+        pl.col("rank").replace_strict(sets, default=None, return_dtype=pl.Int64).alias("_set")
+    )
+    split = keyed.group_by("instance_id").agg(pl.col("_set").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return tuple(sorted(int(i) for i in split["instance_id"].to_list()))
+
+
+def unaligned_note(store: Store, run_id: int) -> str | None:
+    """The note on :func:`unaligned_instances` (None when there are none)."""
+    cut = unaligned_instances(store, run_id)
+    if not cut:
+        return None
+    return (
+        f"{len(cut)} matched collective(s) or transfer(s) join ranks whose clocks could not be aligned to "
+        "each other (no collective with end times links their sets: runs.clock_aligned is false; e.g. "
+        "pipeline stages on different hosts linked by send / recv only): their arrival skews and waits "
+        "are on different clocks, so they are left out"
+    )
 
 
 def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFrame:
@@ -206,7 +315,8 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
 
     Algorithm: instances seen by two or more ranks, in order of first arrival; skew = last - first
     arrival (ns). Threshold = max(:data:`TRANSIENT_SKEW_FACTOR` x the median skew, the median step
-    time of the run's ``steps``). The leading run of instances whose skew exceeds it is the
+    time of the run's ``steps``; without steps, the median spacing between a rank's consecutive
+    arrivals (:func:`_pace_ns`)). The leading run of instances whose skew exceeds it is the
     transient (an outlier later in the run is a real event and stays), but only when the ranks'
     profiling starts (each rank's first step start; its first event when the run has no steps)
     differ by at least half its largest skew: ranks that started profiling together and still
@@ -241,7 +351,7 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     step_ns = store.sql(
         "SELECT quantile_disc(cpu_end_ns - cpu_start_ns, 0.5) AS s FROM steps WHERE run_id = ?", [run_id]
     ).item()
-    thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or 0), 1)
+    thr = max(TRANSIENT_SKEW_FACTOR * med_skew, int(step_ns or _pace_ns(items)), 1)
     over = (inst["skew"] > thr).to_list()
     k = over.index(False) if False in over else len(over)
     if k == 0 or k == inst.height:
@@ -255,13 +365,34 @@ def transient(items: pl.DataFrame, store: Store, run_id: int) -> Transient:
     where = f"; step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}" if steps else ""
     named = _instance_names(store, run_id, [int(i) for i in lead["instance_id"].head(3).to_list()])
     first = "the first collective to arrive" if k == 1 else f"the first {k} collectives to arrive"
+    basis = "step" if step_ns else "spacing of a rank's collectives"
     note = (
         f"profiler-start transient: {first} ({named}{', ...' if k > 3 else ''}{where}) waited up to "
         f"{worst / 1e6:,.1f} ms for the last rank (skew above {thr / 1e6:,.3f} ms = max("
-        f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median step)): ranks started "
+        f"{TRANSIENT_SKEW_FACTOR} x the median skew {med_skew / 1e6:,.3f} ms, the median "
+        f"{basis})): ranks started "
         f"profiling {spread / 1e6:,.1f} ms apart; left out of every analysis (not with hta=true)"
     )
     return Transient(tuple(int(i) for i in lead["instance_id"].to_list()), steps, note)
+
+
+def _pace_ns(items: pl.DataFrame) -> int:
+    """The run's pace without steps (ns): the median spacing between a rank's consecutive arrivals
+    (the lower median over all ranks' gaps; 0 without two arrivals on a rank). It stands for the
+    median step in :func:`transient`'s threshold: with the median skew 0 (half the collectives
+    synchronous) and no steps, the threshold would otherwise be 1 ns and any skew at the start a
+    "transient"."""
+    gaps = (
+        items.filter(pl.col("arrival_ns").is_not_null())
+        .select("rank", "arrival_ns")
+        .unique()
+        .sort("rank", "arrival_ns")
+        .select(pl.col("arrival_ns").diff().over("rank").alias("gap"))
+        .drop_nulls()
+        .get_column("gap")
+        .sort()
+    )
+    return int(gaps[(gaps.len() - 1) // 2]) if gaps.len() else 0
 
 
 def _instance_names(store: Store, run_id: int, ids: list[int]) -> str:

@@ -196,8 +196,9 @@ def test_a_rank_file_copied_with_an_event_removed_and_its_rank_edited_is_refused
     rank edited to 3 (F5b edited its host too; the exact-copy test covers that): the digest differs, so it was stored as rank 3 (4 ranks),
     no warning. Its 2912 events are 2912 of rank 1's 2913 at the very same (name, ts, dur), a share
     of 2912 / 2913 = 99.97 %: of the 128 smallest hashes of both together at most one (the removed
-    event's) is missing from the copy, so 127 or 128 of 128 are shared, over NEAR (0.9): refused,
-    naming both files, their host and pid; nothing stored."""
+    event's) is missing from the copy, so 127 or 128 of 128 are shared, over NEAR (0.9), and the
+    copy keeps rank 1's pid: refused, naming both files, their host and pid; nothing stored. (Ranks
+    of other pids at the same times, hand-built as /work/shared/cases/deepep_comm_kernels: no copy.)"""
     d = _sample_copy(tmp_path / "job")
     one = d / "rank1.trace.json.gz"
     doc = json.loads(gzip.decompress(one.read_bytes()))

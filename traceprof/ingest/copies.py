@@ -18,8 +18,10 @@ The rule (README.md "Runs and copies"), within one ingest and across ingests ali
      a host and whose events are identical, row for row, in every time (ns), name, lane, pid and id
      (:func:`events_digest`) are a copy of one rank's file with its rank edited (its host name
      too, or not: t12 F5 was stored as a new rank), and the run is refused naming both files; so is
-     a near-copy, nearly all of whose events (by a sample, ``traceprof.ingest.sketch``) are another
-     rank's at the same times (ns) (t15 F5b: one ``aten::mm`` removed, stored as a new rank); the same host and pid recorded at
+     a near-copy of the same pid, nearly all of whose events (by a sample, ``traceprof.ingest.sketch``)
+     are another rank's at the same times (ns) (t15 F5b: one ``aten::mm`` removed, stored as a new
+     rank; hand-built ranks of other pids at one time, as in /work/shared/cases/deepep_comm_kernels, are
+     no copy); the same host and pid recorded at
      overlapping times with other events is a warning (containers that share a host name and a pid
      namespace's numbers could do that) (:func:`check_processes`).
 """
@@ -168,8 +170,8 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
         field: Where the source of the first clash records its rank, for the error.
 
     Raises:
-        TraceFormatError: Two files of different ranks whose events are identical, or nearly all
-            at identical times (a sketch's :data:`traceprof.ingest.sketch.NEAR` or more), each
+        TraceFormatError: Two files of different ranks whose events are identical, or of one pid
+            and nearly all at identical times (a sketch's :data:`traceprof.ingest.sketch.NEAR` or more), each
             stating a host (the same or not), naming both files, their hosts and pids, and what to do.
     """
     by_process: dict[tuple[str, str, str], list[ParsedTrace]] = {}
@@ -187,7 +189,8 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
             sketched.setdefault(pt.source, []).append((pt, pt.events_sketch))
     for pairs in sketched.values():
         for other, pt, n, of in sketch.near_pairs(pairs):
-            if other.path != pt.path and other.rank != pt.rank:
+            same = process_id(pt) is not None and process_id(pt) == process_id(other)  # a copy keeps its pid
+            if other.path != pt.path and other.rank != pt.rank and same:
                 _refuse(
                     name,
                     field,
@@ -221,7 +224,7 @@ def _refuse(name: str, field: str, other: ParsedTrace, pt: ParsedTrace, what: st
 def _where(a: ParsedTrace, b: ParsedTrace) -> str:
     """The process of two files in rule 3's error: ``host 'vm', pid 101 both``, or each file's when
     the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``)."""
-    one, two = ((str(pt.trace.get("host") or ""), str(pt.trace.get("pid") or "")) for pt in (a, b))
+    one, two = ((str(pt.trace.get("host") or ""), process_id(pt) or "unknown") for pt in (a, b))
     if one == two:
         return f"host {one[0]!r}, pid {one[1]} both"
     return f"host {one[0]!r}, pid {one[1]}; host {two[0]!r}, pid {two[1]}"

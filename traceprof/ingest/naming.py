@@ -158,8 +158,10 @@ def relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
 
 
 def _pid_name(name: str, traces: list[ParsedTrace]) -> str:
-    pids = sorted(str(process_id(pt)) for pt in traces)  # unstated: "None"
-    return f"{name}-pid{pids[0]}"
+    """``<name>-pid<lowest pid>`` (as text) of a job's traces, or ``<name>-<its first file's stem>``
+    when none states a pid (was ``<name>-pidNone``)."""
+    pids = sorted(p for p in (process_id(pt) for pt in traces) if p is not None)
+    return f"{name}-pid{pids[0]}" if pids else f"{name}-{stem(Path(min(pt.path for pt in traces)))}"
 
 
 def _pid_names(name: str, jobs: list[list[ParsedTrace]]) -> list[str]:

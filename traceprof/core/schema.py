@@ -140,7 +140,7 @@ _SAME_KIND = "PARTITION BY run_id, rank, op, coalesce(p2p, false), coalesce(byte
 #: A gap (ns) between two calls' CPU enqueues of one kind on one rank that splits them into two
 #: bursts for :data:`COLLECTIVE_COPIES_SQL`'s rule (2): a Flight Recorder gloo entry is created 15
 #: to 70 us after its c10d enqueue, so 1 ms is over 14 x the lag seen. On a heavily loaded host the
-#: lag grows to ms: a rank's gap is this plus twice the median lag of its last-kept source's rows
+#: lag grows to ms: a rank's gap is this plus twice the median lag of its Flight Recorder rows
 #: (the rule's step (2)), which covers lags spread evenly up to twice their median.
 COPY_BURST_GAP_NS = 1_000_000
 _SAME_BURST = f"{_SAME_KIND}, burst"
@@ -154,7 +154,7 @@ _SAME_BURST = f"{_SAME_KIND}, burst"
 #: the rank's gap apart, and within a burst the k-th row of one source and the k-th of another are one
 #: call (calls enqueued closer together than Flight Recorder's creation lag pair in order; a call one
 #: source alone holds, far from the other's, stays apart). The rank's gap is :data:`COPY_BURST_GAP_NS`
-#: plus twice the median lag of the rows of its last source in :data:`_KEEP_ORDER` (Flight Recorder)
+#: plus twice the median lag of its Flight Recorder rows (created in the call, after its enqueue)
 #: behind the latest enqueue of another source of their kind, counting only rows that such an enqueue
 #: also follows (inside the other source's calls): entries created 2-5 ms after their enqueue on a
 #: loaded host were split from their call and counted twice, while a call recorded by one source alone
@@ -164,14 +164,14 @@ _SAME_BURST = f"{_SAME_KIND}, burst"
 #: ``copy_of`` NULL). ``nccl_sum``'s counts and the ``collective_perf`` view read it.
 COLLECTIVE_COPIES_SQL = f"""
 WITH two AS (SELECT run_id, rank FROM collectives GROUP BY run_id, rank HAVING count(DISTINCT source) > 1),
-own AS (SELECT c.*, {_KEEP_RANK} AS keep_rank, coalesce(enter_ns, start_ns) AS at_ns
+own AS (SELECT c.*, {_KEEP_RANK} AS keep_rank, coalesce(enter_ns, start_ns) AS at_ns,
+               source = '{CollectiveSource.fr}' AS lagging
         FROM collectives c SEMI JOIN two USING (run_id, rank)),
-ref AS (SELECT *, keep_rank = max(keep_rank) OVER (PARTITION BY run_id, rank) AS lagging FROM own),
 seen AS (SELECT *, max(CASE WHEN NOT lagging THEN at_ns END) OVER ({_SAME_KIND} ORDER BY at_ns ROWS UNBOUNDED PRECEDING)
                      AS ref_before,
                    min(CASE WHEN NOT lagging THEN at_ns END) OVER ({_SAME_KIND} ORDER BY at_ns
                                                                   ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)
-                     AS ref_after FROM ref),
+                     AS ref_after FROM own),
 gap AS (SELECT *, {COPY_BURST_GAP_NS} + 2 * coalesce(median(CASE WHEN lagging AND ref_after IS NOT NULL
                                                             THEN at_ns - ref_before END) OVER (PARTITION BY run_id, rank), 0)
                   AS gap_ns FROM seen),

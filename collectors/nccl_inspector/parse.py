@@ -97,6 +97,20 @@ def version_read(v: str | None) -> bool:
     return m is not None and int(m.group(1)) == 4
 
 
+#: The process id in the Inspector's file name, ``<hostname>-pid<pid>.log``.
+_PID_NAME = re.compile(r"-pid(\d+)\.log(?:\.gz)?$")
+
+
+def _pid(p: Path, events: list[dict[str, Any]]) -> str | None:
+    """The file's process: the records' ``metadata.pid`` (the most common), else the ``-pid<pid>``
+    of the file's name, else None."""
+    said = Counter(e["pid"] for e in events if e["pid"])
+    if said:
+        return said.most_common(1)[0][0]
+    m = _PID_NAME.search(p.name)
+    return m.group(1) if m else None
+
+
 class _Bad(Exception):
     """A record that cannot be stored: ``reason`` (counted) and ``detail`` (shown)."""
 
@@ -536,7 +550,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         world_size=world,
         trace={
             "host": hosts.most_common(1)[0][0] if hosts else None,
-            "pid": events[0]["pid"] or None,
+            "pid": _pid(p, events),
             "meta": msgspec.json.encode(meta_out).decode(),
         },
         events=pa.Table.from_pylist(events, schema=event_schema),

@@ -13,6 +13,7 @@ from traceprof.core.fileio import GZIP_MAGIC
 from traceprof.core.parsed import ParsedTrace, ParseOptions
 from traceprof.core.text import COUNTED, first_few
 from traceprof.ingest import sources
+from traceprof.storage.identity import process_id
 
 __all__: list[str] = []
 
@@ -46,8 +47,8 @@ def _process(pt: ParsedTrace) -> tuple[str, ...]:
     ``("file", path)`` without a pid. A process writes every file with its one
     ``NCCL_PROFILE_DUMP_FILE`` prefix and ``getpid()``; processes of two hosts or containers can
     share a pid (:func:`_processes` tells them apart where the files do)."""
-    pid = pt.trace.get("pid")
-    if pid in (None, "None", ""):
+    pid = process_id(pt)
+    if pid is None:
         return ("file", pt.path)
     path = Path(pt.path)
     m = _DUMP_NAME.match(path.name)

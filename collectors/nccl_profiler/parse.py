@@ -107,6 +107,12 @@ class _Event(msgspec.Struct):
     args: dict[str, Any] | None = None
 
 
+def _lane(v: Any) -> str:
+    """An event's ``pid`` / ``tid`` as lane text: ``""`` where the event has none (``str()`` wrote
+    ``'None'``, which read as a process named None)."""
+    return "" if v is None else str(v)
+
+
 def _identities() -> Callable[[_Event], tuple[Any, ...] | None]:
     """What identifies each plugin event, called on the events in file order: every field (``ts``
     as written, args with keys sorted); None for the closing empty object and a ``ts`` of 0 (never
@@ -379,7 +385,7 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         world_size=None,
         part=part,
         trace={
-            "pid": events[0]["pid"] if events else None,
+            "pid": next((e["pid"] for e in events if e["pid"]), None),  # every event's getpid()
             "meta": msgspec.json.encode(
                 {
                     "clock": "plugin",
@@ -471,8 +477,8 @@ def _rows(
                 "name": ev.name,
                 "ts_ns": start or end or 0,
                 "dur_ns": max(end - start, 0) if start and end else 0,
-                "pid": str(ev.pid),
-                "tid": str(ev.tid),
+                "pid": _lane(ev.pid),
+                "tid": _lane(ev.tid),
                 "correlation": None,
                 "external_id": integer(a.get("SeqNum")) if coll else None,
                 "args": msgspec.json.encode(a).decode(),

@@ -361,6 +361,24 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     return traces[0]
 
 
+def _pid(cols: dict[str, list[Any]], proc: int | None) -> str | None:
+    """The trace's process (``traces.pid``, text): the process the trace was split by (``proc``);
+    else the pid of most CUDA runtime calls, else of most CPU rows (NVTX, driver calls: an export
+    without runtime calls); None when no row names a process (was None, shown as 'None', for an
+    export without runtime calls)."""
+    if proc is not None:
+        return str(proc & _PID_BITS)
+    for cpu in (lambda k, d: k == "cuda_runtime", lambda k, d: d is None):
+        pids = Counter(
+            pid
+            for k, d, pid in zip(cols["kind"], cols["device"], cols["pid"], strict=True)
+            if pid and cpu(k, d)
+        )
+        if pids:
+            return min(pids, key=lambda x: (-pids[x], x))
+    return None
+
+
 def _trace(
     p: Path,
     size: int,
@@ -395,7 +413,6 @@ def _trace(
     used = Counter(d for k, d in zip(cols["kind"], cols["device"], strict=True) if k == "kernel")
     devices = exp.devices if proc is None else [d for d in exp.devices if d["device"] in used] or exp.devices
     names = {d["device"]: d["name"] for d in devices}
-    pids = Counter(pid for k, pid in zip(cols["kind"], cols["pid"], strict=True) if k == "cuda_runtime")
     meta = {**exp.meta, "rank_source": how}
     if proc is not None:
         meta["process"] = {"pid": proc & _PID_BITS, "globalPid": proc << 24}
@@ -412,7 +429,7 @@ def _trace(
     top = min(used, key=lambda d: (-used[d], d)) if used else None
     trace = {
         "host": exp.host,
-        "pid": min(pids, key=lambda x: (-pids[x], x)) if pids else None,
+        "pid": _pid(cols, proc),
         "base_time_ns": exp.epoch,
         "device_name": names.get(top, devices[0]["name"] if devices else None),
         "meta": msgspec.json.encode(meta).decode(),

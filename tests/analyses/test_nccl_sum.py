@@ -686,3 +686,27 @@ def test_a_call_one_source_alone_holds_is_no_copy_of_a_running_call():
         ("fr", 21, None),
         ("gloo", None, None),
     ]
+
+
+def test_flight_recorder_entries_created_ms_after_their_enqueue_pair_in_order():
+    """A heavily loaded host: rank 0's FR entries created 2-5 ms after their gloo enqueue (the
+    1 ms burst gap split each from its call: each counted twice). Gloo all-reduces of one size at
+    0, 3.3, 8.1 ms and a step later at 70, 73.3, 78.1 ms; FR seq 1..6 created 2, 3, 4, 5, 2, 3 ms
+    after each: 2.0, 6.3, 12.1, 75.0, 75.3, 81.1 ms. By hand: each FR row's lag to the latest gloo
+    enqueue before it, where a gloo enqueue follows (so inside the trace's calls): 2.0, 3.0, 4.0,
+    1.7 (seq 4 after call 5's enqueue), 2.0 ms (seq 6: none after); median 2.0 ms, so calls split
+    at gaps over 1 + 2 x 2.0 = 5 ms: the merged rows 0, 2.0, 3.3, 6.3, 8.1, 12.1 (gaps <= 4 ms) are
+    one burst, 70, 73.3, 75.0, 75.3, 78.1, 81.1 another (57.9 ms after 12.1); in each the k-th FR
+    row is the k-th gloo call's copy: 6 calls (every FR row a copy), not 12."""
+    ms = 1_000_000
+    at = [0, 3_300_000, 8_100_000, 70 * ms, 73_300_000, 78_100_000]
+    rows = [_gloo(a, a + 20 * ms, k) for k, a in enumerate(at, 1)]
+    rows += [
+        _fr(k, a + lag)
+        for k, (a, lag) in enumerate(
+            zip(at, [2 * ms, 3 * ms, 4 * ms, 5 * ms, 2 * ms, 3 * ms], strict=True), 1
+        )
+    ]
+    got = _copies(rows)
+    assert [(r[0], r[2], r[4]) for r in got if r[0] == "fr"] == [("fr", k, "gloo") for k in range(1, 7)]
+    assert sum(r[4] is None for r in got) == 6

@@ -708,3 +708,18 @@ def test_one_arrival_clock_per_instance_when_a_record_lacks_kernel_times(tmp_pat
             "record lacks the kernel start; one clock per instance, else the gap between the two would count "
             "as skew)"
         ) in res.notes
+
+
+def test_the_pid_comes_from_the_records_else_the_file_name(tmp_path):
+    """The Inspector writes ``<hostname>-pid<pid>.log`` and ``metadata.pid`` in each record. By
+    hand: records of pid 100 -> the trace's pid '100'; the same records without ``metadata.pid`` in
+    ``h-pid4242.log`` -> '4242' (was None); and in a file named otherwise -> None."""
+    recs = [_rec("0xaa", 0, 1, "AllGather", 1, 1024, T, T + 100, pid=100)]
+    pt = parse(_write(tmp_path / "a" / "h-pid4242.log", recs), ParseOptions())
+    assert pt.trace["pid"] == "100"
+    for rec in recs:
+        del rec["metadata"]["pid"]
+    pt = parse(_write(tmp_path / "b" / "h-pid4242.log", recs), ParseOptions())
+    assert pt.trace["pid"] == "4242"
+    pt = parse(_write(tmp_path / "c" / "inspector.log", recs), ParseOptions())
+    assert pt.trace["pid"] is None

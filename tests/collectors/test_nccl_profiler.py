@@ -925,3 +925,20 @@ def test_communicators_that_start_together_have_their_own_pace(tmp_path):
         assert (r1["holdup_pct"], r1["cost_pct"]) == (pytest.approx(0.4), pytest.approx(0.4))
         assert not res.frame["named"].any()
         assert any("pace 10.00 ms" in n and "time covered 30.0 ms" in n for n in res.notes)
+
+
+def test_a_dump_whose_events_lack_a_pid_has_no_process_named_none(tmp_path):
+    """A plugin dump whose events carry no ``pid`` (a plugin built without it): the trace's pid was
+    the text 'None' and every event's lane pid/tid 'None', read as a process named None. By hand:
+    no event names a process, so the trace's pid is None (``process_id``: unstated) and the lanes
+    are empty; with the plugin's ``"pid": 5100`` on every event, the trace's pid is '5100'."""
+    bare = tmp_path / "nccl_profile_11_0.json"
+    bare.write_text(_comm_dump(0, 11, "AllReduce", 1_000_000).replace('"pid": 5100, ', ""))
+    pt = parse(bare, ParseOptions())
+    assert pt.trace["pid"] is None
+    assert set(pt.events["pid"].to_pylist()) == {""}
+    said = tmp_path / "said" / "nccl_profile_11_0.json"
+    said.parent.mkdir()
+    said.write_text(_comm_dump(0, 11, "AllReduce", 1_000_000))
+    pt = parse(said, ParseOptions())
+    assert pt.trace["pid"] == "5100"

@@ -443,3 +443,17 @@ def test_export_without_string_ids_names_the_missing_table(tmp_path):
         "export has; the export is incomplete: export the .nsys-rep again (nsys export "
         "--type sqlite)"
     )
+
+
+def test_an_export_without_runtime_calls_names_its_process(tmp_path):
+    """The corpus saxpy export with its CUPTI_ACTIVITY_KIND_RUNTIME rows deleted: the trace's pid
+    was None (read from runtime calls only). Its 24 NVTX rows are process 1230493's (PROCESSES:
+    ./saxpy-mpi-cuda; globalTid bits 24-47), so by hand its pid is '1230493', as the whole export's."""
+    src = corpus("nsys/pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite")
+    whole = parse(src, ParseOptions())
+    db = tmp_path / "nort.sqlite"
+    shutil.copy(src, db)
+    with sqlite3.connect(db) as con:
+        con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    pt = parse(db, ParseOptions())
+    assert (whole.trace["pid"], pt.trace["pid"]) == ("1230493", "1230493")

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.builders import micro_trace
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, corpus
 from traceprof.core.errors import TraceFormatError
-from traceprof.ingest.ingest import ingest
+from traceprof.core.parsed import DEFAULT_OPTIONS
+from traceprof.ingest import sketch
+from traceprof.ingest.ingest import _parse_one, ingest
 
 T0 = 1_700_000_000_000_000_000  # ns
 
@@ -186,6 +189,69 @@ def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path, hos
     _rank_file(real / "rank1.json", 1, T0, pid=102, host="vm2", world=2)
     ingest(store, [real], jobs=1)
     assert _runs(store) == {"real": (2, 2)}
+
+
+def test_a_rank_file_copied_with_an_event_removed_and_its_rank_edited_is_refused(store, tmp_path):
+    """t15 F5b: sample normal with rank 3's file replaced by rank 1's less its first ``aten::mm``,
+    rank edited to 3 (F5b edited its host too; the exact-copy test covers that): the digest differs, so it was stored as rank 3 (4 ranks),
+    no warning. Its 2912 events are 2912 of rank 1's 2913 at the very same (name, ts, dur), a share
+    of 2912 / 2913 = 99.97 %: of the 128 smallest hashes of both together at most one (the removed
+    event's) is missing from the copy, so 127 or 128 of 128 are shared, over NEAR (0.9), and the
+    copy keeps rank 1's pid: refused, naming both files, their host and pid; nothing stored. (Ranks
+    of other pids at the same times, hand-built as /work/shared/cases/deepep_comm_kernels: no copy.)"""
+    d = _sample_copy(tmp_path / "job")
+    one = d / "rank1.trace.json.gz"
+    doc = json.loads(gzip.decompress(one.read_bytes()))
+    first_mm = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("name") == "aten::mm")
+    del doc["traceEvents"][first_mm]
+    doc["distributedInfo"]["rank"] = 3
+    (d / "rank3.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    assert re.search(
+        r"rank3\.trace\.json\.gz: distributedInfo\.rank: rank 3, but 12[78] of 128 of its events sampled \(by a hash "
+        r"of name, start and duration in ns\) are at the very times of events of rank 1 in "
+        + re.escape(f"{one} (host 'vm', pid {_pid(one)} both): one process's trace under two ")
+        + r"ranks, a near-copy of one rank's file with its rank edited; run 'job' not stored: leave the copy out$",
+        str(e.value),
+    ), str(e.value)
+    assert store.runs().height == 0
+
+
+def _pid(path: Path) -> str:
+    """The pid of a sample rank file's main thread (its ProfilerStep events')."""
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return str(
+        next(e["pid"] for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep"))
+    )
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [
+        *(f"sample_traces/{d.name}" for d in sorted(SAMPLES.iterdir()) if d.is_dir()),
+        "corpus/flight_recorder/gloo_cpu_4rank",
+        "corpus/kineto_misc/bytedance_straggler_whatif",
+        "corpus/hta/trace_filter",
+        "corpus/nsys",
+    ],
+)
+def test_no_two_ranks_of_a_real_run_share_sampled_events(folder):
+    """Every multi-rank folder of sample_traces and the corpus: no two traces of one source share
+    any of their sketches' hashes (0 of 128: independent processes start no event at the same ns),
+    so none is near another (the near-copy rule has no false alarm there)."""
+    root = SAMPLES.parent / folder if folder.startswith("sample") else corpus(folder.removeprefix("corpus/"))
+    by_source: dict[str, list[tuple[int, ...]]] = {}
+    for f in sorted(root.iterdir()):
+        got = _parse_one((f, DEFAULT_OPTIONS))
+        for pt in got if isinstance(got, list) else []:
+            if pt.events_sketch is not None:
+                by_source.setdefault(pt.source, []).append(pt.events_sketch)
+    assert by_source
+    for sketches in by_source.values():
+        assert [sketch.shared(a, b)[0] for i, a in enumerate(sketches) for b in sketches[:i]] == [0] * (
+            len(sketches) * (len(sketches) - 1) // 2
+        )
 
 
 def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):

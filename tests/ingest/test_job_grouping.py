@@ -67,18 +67,73 @@ def test_two_complete_rank_sets_at_one_time_on_two_hosts_are_two_jobs(store, tmp
     assert any("so they are 2 runs: 'both-pid100', 'both-pid200'" in w for w in res.warnings)
 
 
-def test_two_jobs_crossed_over_two_hosts_are_refused_not_cut_by_host(store, tmp_path):
-    """t12 E3: job a's ranks 0-1 on node-a and 2-3 on node-b (pids 100-103), job b recorded at once
-    with ranks 0-1 on node-b and 2-3 on node-a (pids 50-53). Before: split by host into two mixed
-    runs (node-a's run held a0, a1, b2, b3). Each host's ranks are 0..3 once, but by hand node-a's
-    pids by rank are 100, 101, 52, 53: they do not rise with rank, so node-a holds two jobs' files
-    and may not be cut by host: refused as before s7 ('rank 0 also in ...'), nothing stored."""
-    d = tmp_path / "crossed"
+TOLD = (
+    "), so which job each file is cannot be told: put each job's files in a folder of its own, or ingest "
+    "each job's files on their own with --run NAME"
+)
+AB, BA = ["node-a", "node-a", "node-b", "node-b"], ["node-b", "node-b", "node-a", "node-a"]
+
+
+@pytest.mark.parametrize(
+    ("a_hosts", "b_hosts", "b_pid", "b_ranks", "said"),
+    [
+        pytest.param(
+            AB,
+            BA,
+            50,
+            4,
+            "its 8 files look like 2 jobs of 4 ranks recorded together, which their hosts group in more than one "
+            "way (node-a pids 100-101 ranks 0, 1; node-b pids 102-103 ranks 2, 3; node-a pids 52-53 ranks 2, 3; "
+            "node-b pids 50-51 ranks 0, 1: jobs as node-a pids 100-101+node-b pids 102-103 and node-a pids "
+            "52-53+node-b pids 50-51, or as node-a pids 100-101+node-a pids 52-53 and node-b pids 102-103+node-b "
+            "pids 50-51",
+            id="E3-crossed",
+        ),
+        pytest.param(
+            AB,
+            AB,
+            200,
+            4,
+            "its 8 files look like 2 jobs of 4 ranks recorded together, which their hosts group in more than one "
+            "way (node-a pids 100-101 ranks 0, 1; node-b pids 102-103 ranks 2, 3; node-a pids 200-201 ranks 0, 1; "
+            "node-b pids 202-203 ranks 2, 3: jobs as node-a pids 100-101+node-b pids 102-103 and node-a pids "
+            "200-201+node-b pids 202-203, or as node-a pids 100-101+node-b pids 202-203 and node-b pids "
+            "102-103+node-a pids 200-201",
+            id="E7-shared",
+        ),
+        pytest.param(
+            ["node-a"] * 4,
+            ["node-b"] * 2,
+            200,
+            2,
+            "its 6 files look like 2 jobs of 4 ranks recorded together, which their hosts cannot group into "
+            "complete jobs (node-a ranks 0, 1, 2, 3; node-b ranks 0, 1: "
+            "ranks 2, 3 missing once",
+            id="E4-partial",
+        ),
+    ],
+)
+def test_two_jobs_on_hosts_that_hold_both_or_make_no_whole_jobs_are_refused_naming_them(
+    store, tmp_path, a_hosts, b_hosts, b_pid, b_ranks, said
+):
+    """Job a: ranks 0-1 on node-a, 2-3 on node-b (pids 100-103); job b recorded at once (10 us later).
+    t12 E3 (b's ranks 0-1 on node-b, 2-3 on node-a, pids 50-53): before s7 split by host into two
+    mixed runs; node-a's pids by rank are 100, 101, 52, 53, not rising, so node-a holds two jobs'
+    files and may not be cut by host. t12 E7 (b on the same hosts as a, pids 200-203: rank 0 twice
+    on node-a) and E4 (a's ranks all on node-a, b's ranks 0-1 only, on node-b): all three were refused with the generic
+    'rank 0 also in ...'. By hand, each host's files cut where the rank falls or the pid steps over
+    32 are one launcher's: E3 node-a 100-101 (ranks 0, 1) and 52-53 (2, 3), node-b 102-103 (2, 3)
+    and 50-51 (0, 1), the {0, 1} runs pairing with either {2, 3} run; E7 alike; E4: ranks 0 and 1
+    held twice, 2 and 3 once, so two jobs of 4 would need ranks 2, 3 once more. The refusal names
+    each run's host, pids and ranks and both groupings, or what is missing; nothing stored."""
+    d = tmp_path / "jobs"
     for r in range(4):
-        _rank_file(d / f"a{r}.json", r, T0, pid=100 + r, host=["node-a", "node-b"][r // 2])
-        _rank_file(d / f"b{r}.json", r, T0 + 10_000, pid=50 + r, host=["node-b", "node-a"][r // 2])
-    with pytest.raises(TraceFormatError, match=r"rank 0 also in .*a0\.json"):
+        _rank_file(d / f"a{r}.json", r, T0, pid=100 + r, host=a_hosts[r])
+    for r in range(b_ranks):
+        _rank_file(d / f"b{r}.json", r, T0 + 10_000, pid=b_pid + r, host=b_hosts[r])
+    with pytest.raises(TraceFormatError) as e:
         ingest(store, [d], jobs=1)
+    assert str(e.value) == f"{d}: {said}{TOLD}"
     assert _runs(store) == {}
 
 

@@ -11,8 +11,9 @@ import pytest
 from tests.builders import micro_trace
 from tests.conftest import SAMPLES, corpus
 from traceprof.core.errors import StoreError, UsageError
+from traceprof.core.parsed import ParsedTrace
 from traceprof.ingest.ingest import ingest
-from traceprof.ingest.naming import stem
+from traceprof.ingest.naming import _pid_names, stem
 from traceprof.storage.store import Store
 
 
@@ -312,3 +313,19 @@ def test_one_rank_twice_recorded_apart_is_one_run_per_file_as_the_readme_says(st
     assert sorted(res.runs) == ["a", "b"]
     note = next(w for w in res.warnings if "cannot be one job" in w)
     assert "(rank 0 is in a.json and b.json), so they are 2 runs: 'a', 'b'" in note
+
+
+def test_a_job_whose_files_state_no_pid_is_named_after_its_first_file():
+    """Rule 2's name ``<folder>-pid<lowest pid>`` for a set of files none of which states a pid (an
+    nsys export without CPU rows, a plugin dump without pids) read ``<folder>-pidNone``. By hand:
+    pids None and None -> ``mix-`` + the stem of the first path (a/rank0.sqlite -> rank0); pids
+    None and '42' -> ``mix-pid42`` (the unstated one left out)."""
+
+    def pt(path: str, pid: str | None) -> ParsedTrace:
+        return ParsedTrace(path, "0" * 64, 1, "nsys", "nsys", 0, 2, trace={"pid": pid})
+
+    jobs = [
+        [pt("a/rank1.sqlite", None), pt("a/rank0.sqlite", None)],
+        [pt("b/x.sqlite", None), pt("b/y.sqlite", "42")],
+    ]
+    assert _pid_names("mix", jobs) == ["mix-rank0", "mix-pid42"]

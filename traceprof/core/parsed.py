@@ -112,6 +112,9 @@ class ParsedTrace:
         events_digest: A digest of ``events`` as parsed (``traceprof.ingest.copies.events_digest``),
             set by ingest before the rows are parked; None when none was read. Two files whose
             events are identical bar the trace's own fields (the rank) digest alike.
+        events_sketch: A sample of ``events``' hashes (``traceprof.ingest.sketch.events_sketch``),
+            set with ``events_digest``; None when too few events. Two files one of which is the
+            other with a few events edited share nearly all of it.
     """
 
     path: str
@@ -136,6 +139,7 @@ class ParsedTrace:
     part: str | None = None
     empty_said: bool = False
     events_digest: str | None = None
+    events_sketch: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         """Hold the trace's text to the store's rules: a reason quoting a trace's value (``unknown

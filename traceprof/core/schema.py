@@ -139,7 +139,9 @@ _SAME_CALL = "PARTITION BY run_id, rank, pg, coalesce(p2p, false), seq, op"
 _SAME_KIND = "PARTITION BY run_id, rank, op, coalesce(p2p, false), coalesce(bytes_in, nelems_in)"
 #: A gap (ns) between two calls' CPU enqueues of one kind on one rank that splits them into two
 #: bursts for :data:`COLLECTIVE_COPIES_SQL`'s rule (2): a Flight Recorder gloo entry is created 15
-#: to 70 us after its c10d enqueue, so 1 ms is over 14 x the lag seen.
+#: to 70 us after its c10d enqueue, so 1 ms is over 14 x the lag seen. On a heavily loaded host the
+#: lag grows to ms: a rank's gap is this plus twice the median lag of its Flight Recorder rows
+#: (the rule's step (2)), which covers lags spread evenly up to twice their median.
 COPY_BURST_GAP_NS = 1_000_000
 _SAME_BURST = f"{_SAME_KIND}, burst"
 #: SQL query: every ``collectives`` row with ``copy_of``, the source of the row kept in its place
@@ -149,24 +151,38 @@ _SAME_BURST = f"{_SAME_KIND}, burst"
 #: are equal; or (2) one lacks a sequence number (gloo annotations, old Kineto): the rank's rows of
 #: one op, p2p flag and size (``bytes_in``, else ``nelems_in``) are split into bursts where two
 #: neighbours' CPU enqueues (``enter_ns``, else ``start_ns``) lie more than
-#: :data:`COPY_BURST_GAP_NS` apart, and within a burst the k-th row of one source and the k-th of
-#: another are one call (calls enqueued closer together than Flight Recorder's creation lag pair in
-#: order; a call one source alone holds, far from the other's, stays apart). The row of the source
+#: the rank's gap apart, and within a burst the k-th row of one source and the k-th of another are one
+#: call (calls enqueued closer together than Flight Recorder's creation lag pair in order; a call one
+#: source alone holds, far from the other's, stays apart). The rank's gap is :data:`COPY_BURST_GAP_NS`
+#: plus twice the median lag of its Flight Recorder rows (created in the call, after its enqueue)
+#: behind the latest enqueue of another source of their kind, counting only rows that such an enqueue
+#: also follows (inside the other source's calls): entries created 2-5 ms after their enqueue on a
+#: loaded host were split from their call and counted twice, while a call recorded by one source alone
+#: next to one of the other stays apart where the lag is short. The row of the source
 #: first in :data:`_KEEP_ORDER` is kept, so a row kept stands for at most one copy per source. A
 #: few sorts per rank: n log n, and only on ranks holding two sources (others pass through with
 #: ``copy_of`` NULL). ``nccl_sum``'s counts and the ``collective_perf`` view read it.
 COLLECTIVE_COPIES_SQL = f"""
 WITH two AS (SELECT run_id, rank FROM collectives GROUP BY run_id, rank HAVING count(DISTINCT source) > 1),
-own AS (SELECT c.*, {_KEEP_RANK} AS keep_rank, coalesce(enter_ns, start_ns) AS at_ns
+own AS (SELECT c.*, {_KEEP_RANK} AS keep_rank, coalesce(enter_ns, start_ns) AS at_ns,
+               source = '{CollectiveSource.fr}' AS lagging
         FROM collectives c SEMI JOIN two USING (run_id, rank)),
-cut AS (SELECT *, coalesce(at_ns - lag(at_ns) OVER w > {COPY_BURST_GAP_NS}, true)::INT AS new_burst
-        FROM own WINDOW w AS ({_SAME_KIND} ORDER BY at_ns NULLS LAST, keep_rank, trace_id, ordinal)),
+seen AS (SELECT *, max(CASE WHEN NOT lagging THEN at_ns END) OVER ({_SAME_KIND} ORDER BY at_ns ROWS UNBOUNDED PRECEDING)
+                     AS ref_before,
+                   min(CASE WHEN NOT lagging THEN at_ns END) OVER ({_SAME_KIND} ORDER BY at_ns
+                                                                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)
+                     AS ref_after FROM own),
+gap AS (SELECT *, {COPY_BURST_GAP_NS} + 2 * coalesce(median(CASE WHEN lagging AND ref_after IS NOT NULL
+                                                            THEN at_ns - ref_before END) OVER (PARTITION BY run_id, rank), 0)
+                  AS gap_ns FROM seen),
+cut AS (SELECT *, coalesce(at_ns - lag(at_ns) OVER w > gap_ns, true)::INT AS new_burst
+        FROM gap WINDOW w AS ({_SAME_KIND} ORDER BY at_ns NULLS LAST, keep_rank, trace_id, ordinal)),
 burst AS (SELECT *, sum(new_burst) OVER ({_SAME_KIND} ORDER BY at_ns NULLS LAST, keep_rank, trace_id, ordinal
                                           ROWS UNBOUNDED PRECEDING) AS burst FROM cut),
 nth AS (SELECT *, row_number() OVER ({_SAME_BURST}, source ORDER BY at_ns, trace_id, ordinal) AS nth FROM burst)
 SELECT c.*, nullif(c.source, c.source) AS copy_of FROM collectives c ANTI JOIN two USING (run_id, rank)
 UNION ALL BY NAME
-SELECT * EXCLUDE (keep_rank, at_ns, new_burst, burst, nth, first_rank, first_src, b_rank, b_src, b_seq),
+SELECT * EXCLUDE (keep_rank, at_ns, lagging, ref_before, ref_after, gap_ns, new_burst, burst, nth, first_rank, first_src, b_rank, b_src, b_seq),
        CASE WHEN seq IS NOT NULL AND pg IS NOT NULL AND first_rank < keep_rank THEN first_src
             WHEN NOT b_seq AND b_rank < keep_rank THEN b_src END AS copy_of
 FROM (SELECT *, min(keep_rank) OVER ({_SAME_CALL}) AS first_rank,

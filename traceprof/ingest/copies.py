@@ -17,7 +17,11 @@ The rule (README.md "Runs and copies"), within one ingest and across ingests ali
   3. Two ranks of one run are never one process: traces of one source from two files that state
      a host and whose events are identical, row for row, in every time (ns), name, lane, pid and id
      (:func:`events_digest`) are a copy of one rank's file with its rank edited (its host name
-     too, or not: t12 F5 was stored as a new rank), and the run is refused naming both files; the same host and pid recorded at
+     too, or not: t12 F5 was stored as a new rank), and the run is refused naming both files; so is
+     a near-copy of the same pid, nearly all of whose events (by a sample, ``traceprof.ingest.sketch``)
+     are another rank's at the same times (ns) (t15 F5b: one ``aten::mm`` removed, stored as a new
+     rank; hand-built ranks of other pids at one time, as in /work/shared/cases/deepep_comm_kernels, are
+     no copy); the same host and pid recorded at
      overlapping times with other events is a warning (containers that share a host name and a pid
      namespace's numbers could do that) (:func:`check_processes`).
 """
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceprof.core.errors import TraceFormatError
 from traceprof.core.parsed import ParsedTrace
+from traceprof.ingest import sketch
 from traceprof.storage.identity import epoch_span, process_id
 
 if TYPE_CHECKING:
@@ -154,9 +159,9 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
     """Rule 3 of the module doc on run ``name``'s traces (ranks settled): refuse one process's
     events under two ranks; warn of two ranks that share host and pid at overlapping times.
 
-    Reads ``traces.host`` and ``traces.pid`` (``pt.trace``), the rank, the events' digest and the
-    traces' epoch spans (ns). n log n in the traces (sorted by path; grouped by digest, and by host
-    and pid for the warning).
+    Reads ``traces.host`` and ``traces.pid`` (``pt.trace``), the rank, the events' digest and
+    sketch and the traces' epoch spans (ns). n log n in the traces (sorted by path; grouped by
+    digest, by sketch value, and by host and pid for the warning).
 
     Args:
         name: The run's name, for messages.
@@ -165,11 +170,13 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
         field: Where the source of the first clash records its rank, for the error.
 
     Raises:
-        TraceFormatError: Two files of different ranks whose events are identical, each stating a
-            host (the same or not), naming both files, their hosts and pids, and what to do.
+        TraceFormatError: Two files of different ranks whose events are identical, or of one pid
+            and nearly all at identical times (a sketch's :data:`traceprof.ingest.sketch.NEAR` or more), each
+            stating a host (the same or not), naming both files, their hosts and pids, and what to do.
     """
     by_process: dict[tuple[str, str, str], list[ParsedTrace]] = {}
     seen: dict[tuple[str, str], ParsedTrace] = {}  # (source, digest) -> its first file
+    sketched: dict[str, list[tuple[ParsedTrace, tuple[int, ...]]]] = {}  # source -> (trace, sketch)
     for pt in sorted(traces, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1)):
         host = str(pt.trace.get("host") or "")
         d = pt.events_digest
@@ -177,13 +184,22 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
             continue
         other = seen.setdefault((pt.source, d), pt)
         if other.path != pt.path and other.rank != pt.rank:
-            raise TraceFormatError(
-                pt.path,
-                field,
-                f"rank {pt.rank}, but its {pt.events_kept} events are, row for row, those of rank "
-                f"{other.rank} in {other.path} ({_where(other, pt)}): one process's trace under two ranks, "
-                f"a copy of one rank's file with its rank edited; run {name!r} not stored: leave the copy out",
-            )
+            _refuse(name, field, other, pt, f"its {pt.events_kept} events are, row for row, those of rank")
+        if pt.events_sketch is not None:
+            sketched.setdefault(pt.source, []).append((pt, pt.events_sketch))
+    for pairs in sketched.values():
+        for other, pt, n, of in sketch.near_pairs(pairs):
+            same = process_id(pt) is not None and process_id(pt) == process_id(other)  # a copy keeps its pid
+            if other.path != pt.path and other.rank != pt.rank and same:
+                _refuse(
+                    name,
+                    field,
+                    other,
+                    pt,
+                    f"{n} of {of} of its events sampled (by a hash of name, start and duration in ns) are at the "
+                    f"very times of events of rank",
+                    "near-",
+                )
     for pt in traces:
         pid = process_id(pt)
         if pid is not None:
@@ -194,10 +210,21 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
             _overlapping(name, host, pid, pts, warnings)
 
 
+def _refuse(name: str, field: str, other: ParsedTrace, pt: ParsedTrace, what: str, near: str = "") -> None:
+    """Rule 3's error: ``pt`` holds ``other``'s events (``what``, then its rank and file)."""
+    raise TraceFormatError(
+        pt.path,
+        field,
+        f"rank {pt.rank}, but {what} {other.rank} in {other.path} ({_where(other, pt)}): one process's trace "
+        f"under two ranks, a {near}copy of one rank's file with its rank edited; run {name!r} not stored: leave the "
+        "copy out",
+    )
+
+
 def _where(a: ParsedTrace, b: ParsedTrace) -> str:
     """The process of two files in rule 3's error: ``host 'vm', pid 101 both``, or each file's when
     the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``)."""
-    one, two = ((str(pt.trace.get("host") or ""), str(pt.trace.get("pid") or "")) for pt in (a, b))
+    one, two = ((str(pt.trace.get("host") or ""), process_id(pt) or "unknown") for pt in (a, b))
     if one == two:
         return f"host {one[0]!r}, pid {one[1]} both"
     return f"host {one[0]!r}, pid {one[1]}; host {two[0]!r}, pid {two[1]}"

@@ -37,7 +37,7 @@ from traceprof.core.locking import special_kind
 from traceprof.core.parsed import DEFAULT_INFLATE_RATIO, ParsedTrace, ParseOptions
 from traceprof.core.text import COUNTED, first_few
 from traceprof.core.vocab import TraceSource
-from traceprof.ingest import clock, copies, matching, pair_check, sources
+from traceprof.ingest import clock, copies, matching, pair_check, sketch, sources
 from traceprof.ingest.naming import Part, assign, relate, stem
 from traceprof.storage import layout
 from traceprof.storage.runs import profiler_gap_text, ranks_held, untraced_ranks
@@ -380,6 +380,7 @@ def _parse_one(args: tuple[Path, ParseOptions]) -> list[ParsedTrace] | Traceprof
         repairs = fileio.pop_repairs(path) + fileio.pop_repairs(path.resolve())
     for pt in pts:
         pt.events_digest = copies.events_digest(pt.events)  # before the rows are parked
+        pt.events_sketch = sketch.events_sketch(pt.events)
         if len(pts) > 1:  # one file of several traces: held to their run's budget together
             pt.long_text = limits.long_text_rows(pt.events)
         if repairs:

@@ -158,8 +158,10 @@ def relate(traces: list[ParsedTrace]) -> list[list[ParsedTrace]]:
 
 
 def _pid_name(name: str, traces: list[ParsedTrace]) -> str:
-    pids = sorted(str(process_id(pt)) for pt in traces)  # unstated: "None"
-    return f"{name}-pid{pids[0]}"
+    """``<name>-pid<lowest pid>`` (as text) of a job's traces, or ``<name>-<its first file's stem>``
+    when none states a pid (was ``<name>-pidNone``)."""
+    pids = sorted(p for p in (process_id(pt) for pt in traces) if p is not None)
+    return f"{name}-pid{pids[0]}" if pids else f"{name}-{stem(Path(min(pt.path for pt in traces)))}"
 
 
 def _pid_names(name: str, jobs: list[list[ParsedTrace]]) -> list[str]:
@@ -298,7 +300,12 @@ def _by_host(
     pids (``trace["pid"]``) rise with their rank, as one launcher starts a job's local ranks (a
     machine holding ranks 0-1 of one job and 2-3 of another, pids 27284, 27285, 2513, 2514, is two
     jobs' files, not to be cut by machine); also None when a file names no machine, no integer
-    pid or no rank. Linear in the traces but for :func:`_covers`'s search, which is bounded.
+    pid or no rank. Where a machine holds several jobs' processes, or the machines make no complete
+    rank sets while a rank is twice, the refusal is told as well: every machine's files are cut into
+    one launcher's (:func:`_pid_runs`) and a TraceFormatError names each run's host, pids and ranks
+    and two groupings of them, or the ranks no grouping completes (t12 E3, E7, E4); one grouping
+    through a cut machine is left to ingest's refusal (no split on a guess). Linear in the traces
+    but for :func:`_covers`'s search, which is bounded.
     """
     hosts: dict[str, list[str]] = {}
     for p in paths:
@@ -310,19 +317,20 @@ def _by_host(
     def first(ps: list[str]) -> int:
         return min((epoch_span(pt)[0] or 0) for p in ps for pt in files[p])
 
-    blocks: list[list[str]] = sorted(hosts.values(), key=first)
-    ranks: list[frozenset[int]] = []
-    for ps in blocks:
-        pairs = sorted((pt.rank, _int_pid(pt)) for p in ps for pt in files[p] if pt.rank is not None)
-        if len(pairs) != sum(len(files[p]) for p in ps) or len({r for r, _ in pairs}) != len(pairs):
-            return None  # a rank unknown or twice on one machine
-        pids = [pid for _, pid in pairs if pid is not None]
-        if len(pids) != len(pairs) or pids != sorted(set(pids)):
-            return None  # pids that do not rise with rank: other jobs' processes on one machine
-        ranks.append(frozenset(r for r, _ in pairs))
+    whole = [_pid_runs(ps, files, cut=False) for ps in hosts.values()]
+    cut = any(w is not None and len(w) > 1 for w in whole)  # a machine holding several jobs' processes
+    runs = [_pid_runs(ps, files, cut=True) for ps in hosts.values()] if cut else whole
+    if any(w is None for w in runs):
+        return None  # a file without a rank or an integer pid
+    blocks: list[list[str]] = sorted((b for w in runs for b in w or []), key=first)
+    ranks = [frozenset(int(pt.rank) for p in ps for pt in files[p]) for ps in blocks]  # type: ignore[arg-type]
     covers = _covers(ranks, frozenset(range(world)))
     if covers is not None and len(covers) > 1 and len(covers[0]) > 1:
         raise TraceFormatError(origin, "", _ambiguous(blocks, ranks, covers, files, world))
+    if covers == [] and _identity_conflict([pt for p in paths for pt in files[p]]).startswith("rank "):
+        raise TraceFormatError(origin, "", _ambiguous(blocks, ranks, [], files, world))
+    if cut:
+        return None  # one way, through a machine's files: not cut on a guess (ingest names a rank twice)
     cover = covers[0] if covers is not None and len(covers) == 1 else None
     if cover is None or len(cover) < 2:
         return None
@@ -330,6 +338,38 @@ def _by_host(
     if any(conflict(s) for s in sets):
         return None
     return [Part(n, origin, job) for n, job in zip(_pid_names(name, sets), sets, strict=True)]
+
+
+#: The widest step (in pid) between two local ranks of one launcher, for :func:`_pid_runs`' cut:
+#: a launcher forks its local ranks one after another (27284-27287 in sample_traces).
+LOCAL_PID_STEP = 32
+
+
+def _pid_runs(paths: list[str], files: dict[str, list[ParsedTrace]], cut: bool) -> list[list[str]] | None:
+    """One machine's files (``paths``) as runs of one launcher's processes: the whole machine when
+    its ranks are distinct and its pids rise with them; else (or with ``cut``, for every machine
+    once one holds several jobs' processes) cut in pid order wherever the rank does not rise or the
+    pid steps more than :data:`LOCAL_PID_STEP` (t12 E3: node-a's pids 2513, 2514, 27284, 27285 hold
+    ranks 2, 3, 0, 1: runs {2, 3} and {0, 1}); None when a file has no rank or no integer pid."""
+    keyed = []
+    for p in paths:
+        for pt in files[p]:
+            pid = _int_pid(pt)
+            if pt.rank is None or pid is None:
+                return None
+            keyed.append((pid, int(pt.rank), p))
+    by_rank = sorted(keyed, key=lambda k: k[1])
+    rising = [k[0] for k in by_rank] == sorted({k[0] for k in keyed})
+    if not cut and len({r for _, r, _ in keyed}) == len(keyed) and rising:
+        return [list(dict.fromkeys(p for *_, p in by_rank))]
+    runs: list[list[str]] = []
+    last: tuple[int, int] | None = None
+    for pid, rank, p in sorted(keyed):
+        if last is None or rank <= last[1] or pid - last[0] > LOCAL_PID_STEP:
+            runs.append([])
+        runs[-1].append(p)
+        last = (pid, rank)
+    return [list(dict.fromkeys(r)) for r in runs]
 
 
 def _int_pid(pt: ParsedTrace) -> int | None:
@@ -352,16 +392,53 @@ def _ambiguous(
     files: dict[str, list[ParsedTrace]],
     world: int,
 ) -> str:
-    """The refusal of files recorded together that whole machines group into jobs in more than one
-    way (:func:`_by_host`): each machine's ranks, two of the groupings, and what to do."""
+    """The refusal of files recorded together that machines group into jobs in more than one way,
+    or in none where a rank is twice (:func:`_by_host`; ``covers`` empty): each machine's ranks (a
+    machine holding several jobs' processes once per run of rising pid, with its pids), two of
+    the groupings or the ranks that no grouping completes, and what to do."""
     host = [str(machine(files[ps[0]][0])) for ps in blocks]
-    each = "; ".join(f"{h} ranks {', '.join(map(str, sorted(r)))}" for h, r in zip(host, ranks, strict=True))
-    ways = ", or as ".join(" and ".join("+".join(host[i] for i in job) for job in cover) for cover in covers)
+    label = [
+        h if host.count(h) == 1 else f"{h} pids {_span(sorted(_int_pid(files[p][0]) or 0 for p in ps))}"
+        for h, ps in zip(host, blocks, strict=True)
+    ]
+    each = "; ".join(f"{h} ranks {', '.join(map(str, sorted(r)))}" for h, r in zip(label, ranks, strict=True))
+    n = sum(len(ps) for ps in blocks)
+    if covers:
+        ways = ", or as ".join(
+            " and ".join("+".join(label[i] for i in job) for job in cover) for cover in covers
+        )
+        how = f"{len(covers[0])} jobs of {world} ranks recorded together, which their hosts group in more than one way"
+        how += f" ({each}: jobs as {ways})"
+    else:
+        jobs = max(sum(1 for r in ranks if k in r) for k in range(world))
+        how = f"{jobs} jobs of {world} ranks recorded together, which their hosts cannot group into complete jobs"
+        how += f" ({each}: {_missing(ranks, world, jobs)})"
     return (
-        f"its {sum(len(ps) for ps in blocks)} files look like {len(covers[0])} jobs of {world} ranks recorded "
-        f"together, which their hosts group in more than one way ({each}: jobs as {ways}), so which job each file "
-        "is cannot be told: put each job's files in a folder of its own, or ingest each job's files on their "
-        "own with --run NAME"
+        f"its {n} files look like {how}, so which job each file is cannot be told: put each job's files in a "
+        "folder of its own, or ingest each job's files on their own with --run NAME"
+    )
+
+
+def _span(pids: list[int]) -> str:
+    """``27284-27285`` for a run of pids (its first and last), ``4900`` for one."""
+    return str(pids[0]) if len(pids) == 1 else f"{pids[0]}-{pids[-1]}"
+
+
+def _missing(ranks: list[frozenset[int]], world: int, jobs: int) -> str:
+    """What ``jobs`` complete rank sets of ``world`` would need beyond the files' ``ranks``:
+    ``ranks 2, 3 missing once`` (each rank held fewer than ``jobs`` times, by how many)."""
+    short: dict[int, list[int]] = {}
+    for k in range(world):
+        gap = jobs - sum(1 for r in ranks if k in r)
+        if gap:
+            short.setdefault(gap, []).append(k)
+    times = {1: "once", 2: "twice"}
+    return (
+        "; ".join(
+            f"rank{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))} missing {times.get(g, f'{g} times')}"
+            for g, ks in sorted(short.items())
+        )
+        or "no rank missing"
     )
 
 

@@ -758,6 +758,7 @@ def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypat
         return {k: f.to_dicts() for k, f in res.frames().items()} | {"notes": res.notes}
 
     monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", 2.0)  # never a full replay: cones only
+    monkeypatch.setattr(_whatif_fix.PutBack, "FULL_AFTER_SHARE", 2.0)  # ... never stopped for their size
     cones = result()
     monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", -1.0)  # a full replay of the job per group
     full = result()

@@ -53,6 +53,7 @@ __all__ = [
     "replay_weights",
     "replay_changes",
     "replay_changes_within",
+    "stable_order",
     "EPS_NS",
     "KEY_SPAN",
     "Transient",
@@ -337,7 +338,7 @@ class Timeline:
         if self._by_step is None:
             step, kind = self.nodes["step"].to_numpy(), self.nodes["kind"].to_numpy()
             keep = np.nonzero(kind != 2)[0].astype(self.pred.dtype)
-            order = keep[np.argsort(step[keep], kind="stable")]
+            order = keep[stable_order(step[keep])]
             del keep
             st = step[order]
             seg = np.concatenate([[0], np.nonzero(np.diff(st))[0] + 1]) if len(st) else np.zeros(0, np.int64)
@@ -371,6 +372,16 @@ class Timeline:
             counts = np.add.reduceat(keep.astype(np.int64), seg) if len(order) else np.zeros(0, np.int64)
             self._ends = (order[keep], (np.cumsum(counts) - counts).astype(seg.dtype))
         return self._ends
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of integer ``keys``: the same order (a stable sort has one),
+    by numpy's radix sort where the keys span fewer than 2^16 values (``keys - min`` as uint16:
+    levels, steps, ranks; 2.7 M levels of 352 values 174 -> 31 ms), else numpy's own (a radix sort
+    of wider keys is slower than its merge sort of nearly sorted ones: the edges' ends)."""
+    if len(keys) and int(keys.max()) - int(keys.min()) < 1 << 16:
+        return np.argsort((keys.astype(np.int64) - int(keys.min())).astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
 
 
 def _deps_of(start: np.ndarray, end: np.ndarray, slack: np.ndarray, eps: int, v: int) -> np.ndarray:
@@ -775,7 +786,7 @@ def _levels(
     del succ, succ_ptr, indeg
     if seen != n_nodes:
         return n_nodes - seen
-    perm = np.argsort(level, kind="stable").astype(e_src.dtype)
+    perm = stable_order(level).astype(e_src.dtype)
     lv = level[perm]
     del level
     bounds = np.nonzero(np.diff(lv))[0] + 1

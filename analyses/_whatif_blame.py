@@ -82,7 +82,7 @@ def blame(
     # a rank's changed nodes are its charged ones that differ: grouped by rank in one sort, not
     # one mask over every node per rank
     cand = np.nonzero(charged & differs)[0]
-    cand = cand[np.argsort(ranks[cand], kind="stable")]
+    cand = cand[_replay.stable_order(ranks[cand])]
     cand_ranks, first = np.unique(ranks[cand], return_index=True)
     last = [*first[1:].tolist(), len(cand)][: len(first)]
     bounds = {r: (a, b) for r, a, b in zip(cand_ranks.tolist(), first.tolist(), last, strict=True)}

@@ -76,7 +76,7 @@ def fixes(
     if m0 <= 0:
         return {}, {}
     late = np.nonzero((w_fix < w_base) & (ranks >= 0))[0]
-    late = late[np.argsort(ranks[late], kind="stable")]  # by rank, each rank's nodes ascending
+    late = late[_replay.stable_order(ranks[late])]  # by rank, each rank's nodes ascending
     by_rank, first = np.unique(ranks[late], return_index=True)
     ends = [*first[1:].tolist(), len(late)][: len(first)]
     nodes_of = {int(r): late[a:b] for r, a, b in zip(by_rank.tolist(), first.tolist(), ends, strict=True)}

@@ -350,3 +350,23 @@ def test_put_back_replays_in_full_after_a_stopped_cone(monkeypatch) -> None:
     assert pb.step_t(np.array([2]), np.array([5.0])).tolist() == [7.0]
     assert len(calls) == 1  # no cone tried again
     assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_stable_order_is_numpys_stable_argsort() -> None:
+    """``_replay.stable_order`` gives ``np.argsort(kind="stable")``'s order (ties in input order) by a
+    radix sort of keys spanning under 2^16 values: by hand, [3, 1, 3, 1, 2] -> [1, 3, 4, 0, 2];
+    int8 keys from -128 to 127 (a span that overflows int8), negative ranks, one key, none, and
+    keys too wide for uint16 (numpy's own sort) all match numpy's."""
+    assert _replay.stable_order(np.array([3, 1, 3, 1, 2], np.int32)).tolist() == [1, 3, 4, 0, 2]
+    rng = np.random.default_rng(3)
+    cases = [
+        np.array([127, -128, 0, 127, -128], np.int8),
+        rng.integers(-1, 8, 5_000).astype(np.int32),
+        rng.integers(0, 352, 20_000).astype(np.int32),
+        rng.integers(0, 1 << 16, 5_000).astype(np.int64),  # span 2^16 - 1: the last that fits
+        rng.integers(-(2**40), 2**40, 5_000),
+        np.full(7, 5, np.int16),
+        np.zeros(0, np.int32),
+    ]
+    for keys in cases:
+        assert np.array_equal(_replay.stable_order(keys), np.argsort(keys, kind="stable"))

@@ -303,7 +303,7 @@ class Timeline:
     def plan(self) -> list[_Level]:
         """Computed once: each level of :attr:`levels` as every replay reads the graph there
         (:class:`_Level`), not worked out again per replay (8 x 1 M events: 352 levels, about 60
-        replays; a full replay 37 -> 23 ms)."""
+        replays; a full replay 26-37 -> 23 ms)."""
         if self._plan is None:
             ptr = self.pred_ptr
             out = []

@@ -76,7 +76,7 @@ def fixes(
     if m0 <= 0:
         return {}, {}
     late = np.nonzero((w_fix < w_base) & (ranks >= 0))[0]
-    late = late[np.argsort(ranks[late], kind="stable")]  # by rank, each rank's nodes ascending
+    late = late[_replay.stable_order(ranks[late])]  # by rank, each rank's nodes ascending
     by_rank, first = np.unique(ranks[late], return_index=True)
     ends = [*first[1:].tolist(), len(late)][: len(first)]
     nodes_of = {int(r): late[a:b] for r, a, b in zip(by_rank.tolist(), first.tolist(), ends, strict=True)}
@@ -146,10 +146,12 @@ class PutBack:
     #: Above this share of the nodes in the cone, each step's latest end is taken again over all
     #: its nodes (with the cone's ends in place) rather than from the cone's steps alone.
     CONE_SHARE = 0.125
-    #: Once a cone held over this share of the nodes, the later calls replay in full: a cone of most
-    #: of the graph costs about twice a full replay (8 x 1 M events: 0.17 s for 0.09 s), and the
-    #: ranks' cones are alike (each rank's collectives reach every rank).
-    FULL_AFTER_SHARE = 0.5
+    #: A cone that grows over this share of the nodes is stopped there (``_replay.replay_changes_within``)
+    #: and replayed in full, as every later call is: a cone's levels cost more per node than a full
+    #: replay's (8 x 1 M events: cones of 18-28% of the nodes 52-59 ms, 44% 90 ms, 92% 385 ms, a
+    #: full replay 33 ms with its step maxima), and the ranks' cones are alike (each rank's
+    #: collectives reach every rank).
+    FULL_AFTER_SHARE = 0.125
 
     def __init__(self, tl: _replay.Timeline, w: np.ndarray, val: np.ndarray, ends: bool = True) -> None:
         self.tl, self.w, self.val = tl, w, val
@@ -179,15 +181,13 @@ class PutBack:
                 self._all = PutBack(self.tl, self.w, self.val, ends=False)
             return self._all.step_t(at, w_at)
         if self.full or len(at) > self.FULL_SHARE * len(self.w):
-            # the new weights in place of the base's (no copy of every weight), put back after
-            old_w = self.w[at]
-            try:
-                self.w[at] = w_at + 0.0  # what replay(w, 0) adds (-0.0 + 0.0 is 0.0): the same floats
-                return self._max(_replay.replay_weights(self.tl, self.w)) - self.step_start
-            finally:
-                self.w[at] = old_w
-        idx, new = _replay.replay_changes(self.tl, self.w, self.val, at, w_at)
-        self.full = len(idx) > self.FULL_AFTER_SHARE * len(self.w)
+            return self._full(at, w_at)
+        limit = int(self.FULL_AFTER_SHARE * len(self.w))
+        cone = _replay.replay_changes_within(self.tl, self.w, self.val, at, w_at, limit)
+        if cone is None:  # most of the graph changes: in full, now and from now on
+            self.full = True
+            return self._full(at, w_at)
+        idx, new = cone
         if len(idx) > self.CONE_SHARE * len(self.w):
             # a cone of most of the graph (a rank's collectives reach every rank): each step's
             # latest end over the changed ends in place, as step_t takes it from a full replay,
@@ -229,6 +229,16 @@ class PutBack:
                 self.val[idx] = old
         t[steps] = m - self.step_start[steps]
         return t
+
+    def _full(self, at: np.ndarray, w_at: np.ndarray) -> np.ndarray:
+        """:meth:`step_t` by a full replay: the new weights in place of the base's (no copy of every
+        weight), put back after."""
+        old_w = self.w[at]
+        try:
+            self.w[at] = w_at + 0.0  # what replay(w, 0) adds (-0.0 + 0.0 is 0.0): the same floats
+            return self._max(_replay.replay_weights(self.tl, self.w)) - self.step_start
+        finally:
+            self.w[at] = old_w
 
     def _max(self, val: np.ndarray) -> np.ndarray:
         """Each step's latest end (in step order) of the node ends ``val``: :func:`step_t` with

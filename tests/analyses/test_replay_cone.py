@@ -288,3 +288,85 @@ def test_step_ends_of_a_run_are_its_ranks_last_items(store, tmp_path) -> None:
     w = tl.nodes["gap"].to_numpy() + tl.nodes["dur"].to_numpy()
     val = _replay.replay_weights(tl, w)
     assert _same_bits(_whatif_fix.step_t(tl, val, w), _whatif_fix.step_t(tl, val))
+
+
+def _chain() -> _replay.Timeline:
+    """Three compute nodes of one step in a chain (0 -> 1 -> 2), one a level; node 0 starts at 0."""
+    nodes = pl.DataFrame(
+        {
+            "kind": np.zeros(3, np.int8),
+            "step": np.zeros(3, np.int32),
+            "base": np.array([0.0, -np.inf, -np.inf]),
+        }
+    )
+    step_start = pl.DataFrame({"step": np.zeros(1, np.int32), "step_start_ns": np.zeros(1)})
+    return _replay.Timeline(
+        nodes,
+        np.array([0, 0, 1, 2], np.int32),
+        np.array([0, 1], np.int32),
+        [(0, 1), (1, 2), (2, 3)],
+        step_start,
+    )
+
+
+def test_cone_stopped_past_its_limit_gives_none_and_puts_back() -> None:
+    """``replay_changes_within`` stops once more nodes have changed than its limit (issue 34: a cone
+    of most of the graph costs more than a full replay). By hand: weights 1, 1, 1 end at 1, 2, 3;
+    node 0 at 2 moves every end by 1: 2, 3, 4, three nodes changed. A limit of 2 stops (None, the
+    weights and ends as they were); 3 or none gives the three."""
+    tl = _chain()
+    w = np.ones(3)
+    val = _replay.replay_weights(tl, w)
+    assert val.tolist() == [1.0, 2.0, 3.0]
+    at, w_at = np.array([0]), np.array([2.0])
+    assert _replay.replay_changes_within(tl, w, val, at, w_at, 2) is None
+    assert w.tolist() == [1.0, 1.0, 1.0] and val.tolist() == [1.0, 2.0, 3.0]  # put back
+    for limit in (3, None):
+        got = _replay.replay_changes_within(tl, w, val, at, w_at, limit)
+        assert got is not None
+        assert got[0].tolist() == [0, 1, 2] and got[1].tolist() == [2.0, 3.0, 4.0]
+    assert w.tolist() == [1.0, 1.0, 1.0] and val.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_put_back_replays_in_full_after_a_stopped_cone(monkeypatch) -> None:
+    """A cone past ``PutBack.FULL_AFTER_SHARE`` of the nodes is stopped and the step replayed in full,
+    as every later call is (the same floats). By hand on the chain (step start 0): node 0 at weight
+    2 makes the step 4 ns (1 + 1 + 2); then node 2 at weight 5 alone: 1 + 1 + 5 = 7 ns."""
+    tl = _chain()
+    w = np.ones(3)
+    pb = _whatif_fix.PutBack(tl, w, _replay.replay_weights(tl, w))
+    monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", 2.0)  # a cone first, however many change
+    monkeypatch.setattr(_whatif_fix.PutBack, "FULL_AFTER_SHARE", 0.5)  # limit 1 of the 3 nodes
+    calls: list[object] = []
+    real = _replay.replay_changes_within
+
+    def counted(*a: object) -> object:
+        calls.append(out := real(*a))  # type: ignore[arg-type]
+        return out
+
+    monkeypatch.setattr(_replay, "replay_changes_within", counted)
+    assert pb.step_t(np.array([0]), np.array([2.0])).tolist() == [4.0]
+    assert calls == [None] and pb.full  # stopped: in full, and from now on
+    assert pb.step_t(np.array([2]), np.array([5.0])).tolist() == [7.0]
+    assert len(calls) == 1  # no cone tried again
+    assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_stable_order_is_numpys_stable_argsort() -> None:
+    """``_replay.stable_order`` gives ``np.argsort(kind="stable")``'s order (ties in input order) by a
+    radix sort of keys spanning under 2^16 values: by hand, [3, 1, 3, 1, 2] -> [1, 3, 4, 0, 2];
+    int8 keys from -128 to 127 (a span that overflows int8), negative ranks, one key, none, and
+    keys too wide for uint16 (numpy's own sort) all match numpy's."""
+    assert _replay.stable_order(np.array([3, 1, 3, 1, 2], np.int32)).tolist() == [1, 3, 4, 0, 2]
+    rng = np.random.default_rng(3)
+    cases = [
+        np.array([127, -128, 0, 127, -128], np.int8),
+        rng.integers(-1, 8, 5_000).astype(np.int32),
+        rng.integers(0, 352, 20_000).astype(np.int32),
+        rng.integers(0, 1 << 16, 5_000).astype(np.int64),  # span 2^16 - 1: the last that fits
+        rng.integers(-(2**40), 2**40, 5_000),
+        np.full(7, 5, np.int16),
+        np.zeros(0, np.int32),
+    ]
+    for keys in cases:
+        assert np.array_equal(_replay.stable_order(keys), np.argsort(keys, kind="stable"))

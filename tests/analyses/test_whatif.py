@@ -758,12 +758,36 @@ def test_blame_by_cone_equals_a_full_replay_per_group(store, tmp_path, monkeypat
         return {k: f.to_dicts() for k, f in res.frames().items()} | {"notes": res.notes}
 
     monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", 2.0)  # never a full replay: cones only
+    monkeypatch.setattr(_whatif_fix.PutBack, "FULL_AFTER_SHARE", 2.0)  # ... never stopped for their size
     cones = result()
     monkeypatch.setattr(_whatif_fix.PutBack, "FULL_SHARE", -1.0)  # a full replay of the job per group
     full = result()
     assert cones == full
     ranks = [b for b in cones["blame"] if b["by"] == "rank"]  # type: ignore[union-attr]
     assert any(b["slowdown"] > 1 for b in ranks)  # some rank's put-back values did change a step
+
+
+def test_charged_sort_of_few_ranks_and_steps_is_a_radix_sort(monkeypatch) -> None:
+    """``_by_rank_step`` sorts (rank, step) of under 2^16 values as one number by a stable radix
+    sort (``_replay.stable_order``; items ascending stay in order), the three-key sort's order: by
+    hand, items 0..5 of ranks [1, 0, 1, 0, 0, 1] and steps [2, 2, 1, 1, 2, 1] -> rank 0 step 1 (3),
+    rank 0 step 2 (1, 4), rank 1 step 1 (2, 5), rank 1 step 2 (0). 8 ranks x 1,000 steps (issue 34's
+    8 x 1 M) take it too."""
+    import numpy as np
+
+    from traceprof.analyses import _replay, _whatif_blame
+
+    used: list[int] = []
+    real = _replay.stable_order
+    monkeypatch.setattr(_replay, "stable_order", lambda k: used.append(len(k)) or real(k))
+    items = np.arange(6)
+    got = _whatif_blame._by_rank_step(items, np.array([1, 0, 1, 0, 0, 1]), np.array([2, 2, 1, 1, 2, 1]))
+    assert got.tolist() == [3, 1, 4, 2, 5, 0] and used == [6]
+    rng = np.random.default_rng(5)
+    items = np.sort(rng.choice(10**7, 50_000, replace=False))
+    rank, step = rng.integers(0, 8, len(items)), rng.integers(0, 1000, len(items))
+    assert np.array_equal(_whatif_blame._by_rank_step(items, rank, step), np.lexsort((items, step, rank)))
+    assert used == [6, 50_000]
 
 
 def test_charged_sort_by_rank_and_step_is_the_three_key_sort() -> None:

@@ -72,12 +72,13 @@ _NO_TEXT = msgspec.Raw(b"")
 
 
 class _Head(msgspec.Struct, gc=False):
-    """The fields every event struct reads alike; absent args are "{}", as the general decoder."""
+    """The fields every event struct reads alike. Each struct lists its fields in libkineto's order
+    of the keys (ph, cat, name, pid, tid, ts, dur, args): msgspec looks a key up at the field after
+    the last one found first."""
 
     ph: str = ""
     cat: str = ""
     name: str = ""
-    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
 class _Lanes(_Head, gc=False):
@@ -88,10 +89,11 @@ class _Lanes(_Head, gc=False):
 
 
 class _Ev(_Lanes, gc=False):
-    """An event with its times' texts."""
+    """An event with its times' texts; absent args are "{}", as the general decoder's."""
 
     ts: msgspec.Raw = _NO_TEXT
     dur: msgspec.Raw = _NO_TEXT
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
 class _FloatLaneEv(_Head, gc=False):
@@ -102,6 +104,7 @@ class _FloatLaneEv(_Head, gc=False):
     tid: int | str | float | None = None
     ts: msgspec.Raw = _NO_TEXT
     dur: msgspec.Raw = _NO_TEXT
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
 class _FloatLanes(list[Any]):
@@ -121,6 +124,7 @@ class _IntTimeEv(_Lanes, gc=False):
 
     ts: _Int64 = _ABSENT
     dur: _Int64 = _ABSENT
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
 class _FloatTimeEv(_Lanes, gc=False):
@@ -129,6 +133,7 @@ class _FloatTimeEv(_Lanes, gc=False):
 
     ts: float = _NAN
     dur: float = _NAN
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
 class _Timed(list[Any]):
@@ -462,8 +467,11 @@ _NumberDecode = tuple[
 
 class _Numbers:
     """The decoders that read a document's ``ts``/``dur`` as numbers (:class:`_Timed`), in the order
-    tried: the last that read a batch first (a document keeps its style); floats dropped for good
-    when a value was too large (:func:`_float_ns`)."""
+    tried: the last that read a batch first (a document keeps its style). When a value is too large
+    for floats (:func:`_float_ns`), floats are dropped for good, and so are integers where they
+    failed on the same batch: the document's times are large with decimals (real new-style traces
+    write ``"ts": 5177552537952.524``; epoch us with decimals), read from their texts without
+    trying the numbers again on each batch."""
 
     def __init__(self) -> None:
         self.order: list[_NumberDecode] = [(_INT_TIME_EVENTS, _int_ns), (_FLOAT_TIME_EVENTS, _float_ns)]
@@ -481,8 +489,8 @@ class _Numbers:
                 continue
             ns, far = exact(evs)
             if ns is None:
-                if far:
-                    del self.order[k]
+                if far:  # too large for floats, and not all integers where k > 0: texts from now on
+                    del self.order[: k + 1]
                 return None
             if k:
                 self.order.insert(0, self.order.pop(k))

@@ -999,3 +999,27 @@ def test_times_as_numbers_match_the_reference_in_any_batch() -> None:
         times = [(rng.choice(ts_texts), rng.choice(dur_texts)) for _ in range(rng.randint(1, 30))]
         data = _doc(times)
         _check(data, rng.choice([1, 100, 400, 1 << 20]))
+
+
+def test_large_times_with_decimals_stop_trying_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Real new-style traces write "ts": 5177552537952.524 (us after the base): too large for a float
+    # to hold each ns, and no integer. The first batch finds that (integers fail, floats too large);
+    # the later ones go straight to their texts (tried as numbers, a batch would be decoded again).
+    # Hand values: 5177552537952.524 us = 5,177,552,537,952,524 ns; + k us for event k.
+    from traceprof.collectors.kineto import decode as dec
+
+    class Counted:
+        def __init__(self, decoder: msgspec.json.Decoder) -> None:
+            self.decoder, self.calls = decoder, 0
+
+        def decode(self, text: bytes) -> object:
+            self.calls += 1
+            return self.decoder.decode(text)
+
+    ints, floats = Counted(dec._INT_TIME_EVENTS), Counted(dec._FLOAT_TIME_EVENTS)
+    monkeypatch.setattr(dec, "_INT_TIME_EVENTS", ints)
+    monkeypatch.setattr(dec, "_FLOAT_TIME_EVENTS", floats)
+    d = decode(_doc([(f"{5177552537952 + k}.524", "1.5") for k in range(40)]), batch_bytes=400)
+    assert d.ts_ns.tolist() == [5_177_552_537_952_524 + 1000 * k for k in range(40)]
+    assert d.dur_ns.tolist() == [1_500] * 40
+    assert (ints.calls, floats.calls) == (1, 1)  # the first batch only (40 events: several batches)

@@ -12,7 +12,8 @@ sizes of the raw args are converted a whole column at a time in C:
      inside a string or a nested object is never taken for a boundary). Peak memory above the
      input is one batch of Python objects (``batch_bytes`` of JSON text) plus the columns.
   2. Decode each batch with msgspec into small typed structs: ``ph, cat, name`` as strings,
-     ``pid, tid, ts, dur, args`` as raw JSON text (``msgspec.Raw``), and in a second typed pass the
+     ``pid, tid`` as their JSON values, ``ts, dur, args`` as raw JSON text (``msgspec.Raw``; the
+     times as numbers where that is exact, step 3), and in a second typed pass the
      id args (``correlation``, ``External id``, ``device``, ``stream``) as integers.
   3. Times: msgspec reads a batch's ``ts``/``dur`` as numbers where that is exact: JSON integers
      (old-style epoch microseconds) times 1000; else binary floats below 2**36 us (new-style, after
@@ -24,7 +25,8 @@ sizes of the raw args are converted a whole column at a time in C:
      (``traceprof.core.timeconv`` semantics). A value with more decimals, an exponent Arrow
      rejects, or a non-number sends that batch's times through ``timeconv.us_text_to_ns`` one at
      a time (half-to-even rounding, same results). Reading the numbers rather than the texts:
-     ``hta/df_index_resolver`` (54 MB, integers) decodes in 0.37-0.44 s of CPU instead of 0.45-0.51.
+     ``hta/df_index_resolver`` (54 MB, integers) decodes in 0.33-0.35 s of CPU instead of 0.38-0.41
+     (best of 5 in one process, load 20-25).
   4. ``pid``/``tid`` keep their text (a JSON string without its quotes); args are kept as their
      JSON text (with ``stored``, only for the events whose phase may be stored: flows' and
      metadata's texts would be copied only to be dropped).

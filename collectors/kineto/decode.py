@@ -12,13 +12,21 @@ sizes of the raw args are converted a whole column at a time in C:
      inside a string or a nested object is never taken for a boundary). Peak memory above the
      input is one batch of Python objects (``batch_bytes`` of JSON text) plus the columns.
   2. Decode each batch with msgspec into small typed structs: ``ph, cat, name`` as strings,
-     ``pid, tid, ts, dur, args`` as raw JSON text (``msgspec.Raw``), and in a second typed pass the
+     ``pid, tid`` as their JSON values, ``ts, dur, args`` as raw JSON text (``msgspec.Raw``; the
+     times as numbers where that is exact, step 3), and in a second typed pass the
      id args (``correlation``, ``External id``, ``device``, ``stream``) as integers.
-  3. Times: the ``ts``/``dur`` texts of the batch are joined and cast to ``decimal128(38, 3)`` by
-     Arrow; the decimal's unscaled integer *is* the time in ns, so microsecond text with up to
-     3 decimals converts exactly (``traceprof.core.timeconv`` semantics). A value with more decimals,
-     an exponent Arrow rejects, or a non-number sends that batch's times through
-     ``timeconv.us_text_to_ns`` one at a time (half-to-even rounding, same results).
+  3. Times: msgspec reads a batch's ``ts``/``dur`` as numbers where that is exact: JSON integers
+     (old-style epoch microseconds) times 1000; else binary floats below 2**36 us (new-style, after
+     the base) within 0.25 ns of a whole ns, rounded to it (the float's error is under 0.01 ns, so
+     that is the text's value, or its nearest ns past 3 decimals). Any other batch (a value off a
+     whole ns or larger, a negative float ``dur``, a string, a null) keeps the texts, which are
+     joined and cast to ``decimal128(38, 3)`` by Arrow; the decimal's unscaled integer *is* the
+     time in ns, so microsecond text with up to 3 decimals converts exactly
+     (``traceprof.core.timeconv`` semantics). A value with more decimals, an exponent Arrow
+     rejects, or a non-number sends that batch's times through ``timeconv.us_text_to_ns`` one at
+     a time (half-to-even rounding, same results). Reading the numbers rather than the texts:
+     ``hta/df_index_resolver`` (54 MB, integers) decodes in 0.33-0.35 s of CPU instead of 0.38-0.41
+     (best of 5 in one process, load 20-25).
   4. ``pid``/``tid`` keep their text (a JSON string without its quotes); args are kept as their
      JSON text (with ``stored``, only for the events whose phase may be stored: flows' and
      metadata's texts would be copied only to be dropped).
@@ -65,24 +73,35 @@ _SPACE_RUN = re.compile(rb"[ \t\n\r]*")
 _NO_TEXT = msgspec.Raw(b"")
 
 
-class _Ev(msgspec.Struct, gc=False):
+class _Head(msgspec.Struct, gc=False):
+    """The fields every event struct reads alike. Each struct lists its fields in libkineto's order
+    of the keys (ph, cat, name, pid, tid, ts, dur, args): msgspec looks a key up at the field after
+    the last one found first."""
+
     ph: str = ""
     cat: str = ""
     name: str = ""
+
+
+class _Lanes(_Head, gc=False):
+    """:class:`_Head` with the common types of ``pid`` and ``tid``."""
+
     pid: int | str | None = None
     tid: int | str | None = None
+
+
+class _Ev(_Lanes, gc=False):
+    """An event with its times' texts; absent args are "{}", as the general decoder's."""
+
     ts: msgspec.Raw = _NO_TEXT
     dur: msgspec.Raw = _NO_TEXT
-    args: msgspec.Raw = msgspec.Raw(b"{}")  # as the general decoder: absent args are "{}"
+    args: msgspec.Raw = msgspec.Raw(b"{}")
 
 
-class _FloatLaneEv(msgspec.Struct, gc=False):
+class _FloatLaneEv(_Head, gc=False):
     """:class:`_Ev` whose ``pid`` or ``tid`` may be a float (rare: then ``str()`` of it differs from
     its text, and the general path keeps it as written)."""
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
     pid: int | str | float | None = None
     tid: int | str | float | None = None
     ts: msgspec.Raw = _NO_TEXT
@@ -96,8 +115,34 @@ class _FloatLanes(list[Any]):
 
 #: An absent id arg, in :class:`_Ids`: int64's least value, which the typed decode refuses as a
 #: value (a batch holding it takes the loose decode), so a column of ids is read by ``np.fromiter``.
+#: Likewise an absent ``ts``/``dur`` in :class:`_IntTimeEv`.
 _ABSENT = -(2**63)
 _Int64 = Annotated[int, msgspec.Meta(ge=_ABSENT + 1, le=2**63 - 1)]
+_NAN = float("nan")  # an absent ``ts``/``dur`` in :class:`_FloatTimeEv` (JSON has no NaN)
+
+
+class _IntTimeEv(_Lanes, gc=False):
+    """:class:`_Ev` whose ``ts``/``dur`` are JSON integers (old-style traces: epoch microseconds)."""
+
+    ts: _Int64 = _ABSENT
+    dur: _Int64 = _ABSENT
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class _FloatTimeEv(_Lanes, gc=False):
+    """:class:`_Ev` whose ``ts``/``dur`` are JSON numbers read as binary floats (new-style traces:
+    microseconds with 3 decimals after the base); :func:`_float_ns` keeps them only where exact."""
+
+    ts: float = _NAN
+    dur: float = _NAN
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class _Timed(list[Any]):
+    """A batch whose ``ts``/``dur`` msgspec read as numbers, converted to ns here (module doc, step 3):
+    ``ns[col]`` is (int64 ns, present) of each event."""
+
+    ns: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 class _Ids(msgspec.Struct, gc=False):
@@ -118,6 +163,8 @@ _ID_COLS = ("correlation", "external_id", "device", "stream")
 _LANE_COLS = frozenset({"device", "stream"})  # read on GPU rows only
 _ID_GETS = {c: operator.attrgetter(c) for c in _ID_COLS}  # map() of these: 15% less than getattr()
 _EVENTS = msgspec.json.Decoder(list[_Ev])
+_INT_TIME_EVENTS = msgspec.json.Decoder(list[_IntTimeEv])
+_FLOAT_TIME_EVENTS = msgspec.json.Decoder(list[_FloatTimeEv])
 _FLOAT_LANE_EVENTS = msgspec.json.Decoder(list[_FloatLaneEv])
 _IDS = msgspec.json.Decoder(list[_Ids])  # of the args objects alone
 _LOOSE_IDS = msgspec.json.Decoder(list[_LooseIds | None])
@@ -222,6 +269,7 @@ class _Split:
         # (position in the held text, its record) of each word nulled whose event is not known yet
         self.unlocated: list[tuple[int, Where]] = []
         self.events = 0  # events yielded so far
+        self.numbers = _Numbers()  # times read as numbers where exact (:class:`_Timed`)
 
     def _fill(self, buf: bytes | memoryview, size: int) -> tuple[bytes, bool]:
         """``buf`` with the next chunks appended until it holds more than ``size`` bytes, joined
@@ -270,7 +318,7 @@ class _Split:
             if len(buf) <= 2 * target:
                 break
             try:
-                found = _cut(buf, target, self.words is not None)
+                found = _cut(buf, target, self.words is not None, self.numbers)
             except _Word as w:  # --skip-bad-events: read as null, then cut again
                 buf = self._null(buf, w.at, w.end)
                 continue
@@ -305,7 +353,7 @@ class _Split:
         if close < 0:
             self.ok = False
             return
-        evs = _events(rest[: close + 1])
+        evs = _events(rest[: close + 1], self.numbers)
         self._locate(rest[1:] if self.unlocated else b"", close - 1, len(evs))
         yield evs
         try:
@@ -367,21 +415,114 @@ class _Word(Exception):
         self.at, self.end = at, end
 
 
-def _events(text: bytes) -> list[_Ev]:
-    """The events of a JSON array text. A pid/tid that is a float fails the common types (so no
-    batch pays a check of every pid's type): the batch is decoded again as :class:`_FloatLanes`.
+#: Microseconds below which a ``ts``/``dur`` read as a binary float converts to ns exactly
+#: (:func:`_float_ns`): 2**36 us (19 hours). Below it the float's error and that of ``* 1000`` are
+#: under 0.01 ns, far inside the 0.25 ns margin; old-style epoch microseconds (about 2**50) are above.
+_FLOAT_EXACT_US = float(2**36)
+#: Nanoseconds a value may lie from a whole ns and still be read through a float (:func:`_float_ns`).
+_FLOAT_MARGIN_NS = 0.25
+#: Microseconds whose ns fit in int64.
+_INT_MAX_US = (2**63 - 1) // 1000
+
+
+def _int_ns(evs: list[_IntTimeEv]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]] | None, bool]:
+    """(ns, present) of ``ts`` and ``dur`` of a batch whose times are JSON integers (us * 1000,
+    exact), or None where one is beyond int64 ns (the text path names it); never ``far``."""
+    out = {}
+    for col in ("ts", "dur"):
+        us = np.fromiter(map(_RAW[col], evs), np.int64, len(evs))
+        ok = us != _ABSENT
+        us[~ok] = 0
+        if np.any((us > _INT_MAX_US) | (us < -_INT_MAX_US)):
+            return None, False
+        out[col] = (us * 1000, ok)
+    return out, False
+
+
+def _float_ns(evs: list[_FloatTimeEv]) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]] | None, bool]:
+    """(ns, present) of ``ts`` and ``dur`` of a batch read as binary floats, where that is exact:
+    each value below :data:`_FLOAT_EXACT_US` and within :data:`_FLOAT_MARGIN_NS` of a whole ns.
+    Such a value is the text's ns as :func:`traceprof.core.timeconv.us_text_to_ns` gives it (3
+    decimals: exactly; more: rounded to the nearest, which no tie can be so near). Otherwise
+    (None, ``far``): ``far`` when some value is too large (the document's times are epoch
+    microseconds: its later batches are not tried as floats), not when only a value off a whole
+    ns or a negative ``dur`` (whose message quotes its text) sends this batch to the text path."""
+    out = {}
+    for col in ("ts", "dur"):
+        us = np.fromiter(map(_RAW[col], evs), np.float64, len(evs))
+        ok = ~np.isnan(us)
+        us[~ok] = 0.0
+        if not np.all(np.abs(us) < _FLOAT_EXACT_US):
+            return None, True
+        ns = us * 1000.0
+        whole = np.rint(ns)
+        if not np.all(np.abs(ns - whole) <= _FLOAT_MARGIN_NS) or (col == "dur" and np.any(whole < 0)):
+            return None, False
+        out[col] = (whole.astype(np.int64), ok)
+    return out, False
+
+
+_NumberDecode = tuple[
+    msgspec.json.Decoder, Callable[[Any], tuple[dict[str, tuple[np.ndarray, np.ndarray]] | None, bool]]
+]
+
+
+class _Numbers:
+    """The decoders that read a document's ``ts``/``dur`` as numbers (:class:`_Timed`), in the order
+    tried: the last that read a batch first (a document keeps its style). When a value is too large
+    for floats (:func:`_float_ns`), floats are dropped for good, and so are integers where they
+    failed on the same batch: the document's times are large with decimals (real new-style traces
+    write ``"ts": 5177552537952.524``; epoch us with decimals), read from their texts without
+    trying the numbers again on each batch."""
+
+    def __init__(self) -> None:
+        self.order: list[_NumberDecode] = [(_INT_TIME_EVENTS, _int_ns), (_FLOAT_TIME_EVENTS, _float_ns)]
+
+    def events(self, text: bytes) -> _Timed | None:
+        """The batch's events with their times (module doc, step 3), or None (the text path reads it).
+
+        Raises:
+            msgspec.DecodeError: Not a JSON array (never a ValidationError).
+        """
+        for k, (decoder, exact) in enumerate(self.order):
+            try:
+                evs = decoder.decode(text)
+            except msgspec.ValidationError:  # a float where ints go, a string, a null, a float pid
+                continue
+            ns, far = exact(evs)
+            if ns is None:
+                if far:  # too large for floats, and not all integers where k > 0: texts from now on
+                    del self.order[: k + 1]
+                return None
+            if k:
+                self.order.insert(0, self.order.pop(k))
+            timed = _Timed(evs)
+            timed.ns = ns
+            return timed
+        return None
+
+
+def _events(text: bytes, numbers: _Numbers | None = None) -> list[Any]:
+    """The events of a JSON array text: with ``numbers``, read with their times as numbers where
+    exact (:class:`_Timed`), else with their times' texts. A pid/tid that is a float fails the
+    common types (so no batch pays a check of every pid's type): the batch is decoded again as
+    :class:`_FloatLanes`.
 
     Raises:
         msgspec.DecodeError: Not a JSON array.
         msgspec.ValidationError: The events do not fit the typed structs.
     """
+    if numbers is not None and (timed := numbers.events(text)) is not None:
+        return timed
     try:
         return _EVENTS.decode(text)
     except msgspec.ValidationError:
         return _FloatLanes(_FLOAT_LANE_EVENTS.decode(text))
 
 
-def _cut(buf: bytes, target: int, words: bool = False) -> tuple[int, list[_Ev]] | None:
+def _cut(
+    buf: bytes, target: int, words: bool = False, numbers: _Numbers | None = None
+) -> tuple[int, list[Any]] | None:
     """Position of a "}" ending an event at or before ``target`` (the text up to it decodes as an
     array of whole events) and those events, or None when there is none.
 
@@ -395,7 +536,9 @@ def _cut(buf: bytes, target: int, words: bool = False) -> tuple[int, list[_Ev]] 
         if c < 0:
             return None
         try:
-            return c + 1, _events(b"".join((b"[", memoryview(buf)[: c + 1], b"]")))  # one copy, not three
+            return c + 1, _events(
+                b"".join((b"[", memoryview(buf)[: c + 1], b"]")), numbers
+            )  # one copy, not three
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError as e:
@@ -743,6 +886,7 @@ def _decode(
             # read and their args texts kept; the others' (flows and metadata: 30% of the events of
             # hta/df_index_resolver) are 0 and missing, never read (:func:`rows` keeps none of them).
             at: np.ndarray | None = None  # their positions in the batch; None: every event
+            timed = evs.ns if isinstance(evs, _Timed) else None  # the times, read as numbers
             raw_args = list(map(_RAW["args"], evs))
             if stored is not None and args_rows is not None:
                 ph_stored += map(stored, list(str_codes["ph"])[len(ph_stored) :])
@@ -760,12 +904,22 @@ def _decode(
             pos = range(len(evs)) if at is None else at.tolist()  # the batch's index of each event read
             bad: dict[int, str] = {}
             for col in ("ts", "dur"):
-                raw = list(map(_RAW[col], evs))
-                values, ok = _times(raw, 0, bad, col)
-                if col == "dur":  # rare: their texts, for the message
-                    out.negative_dur.update(
-                        (base + pos[i], bytes(raw[i]).decode()) for i in np.flatnonzero(values < 0).tolist()
-                    )
+                if timed is not None:
+                    values, ok = timed[col] if at is None else (timed[col][0][at], timed[col][1][at])
+                    if col == "dur":  # rare; only JSON integers (_float_ns leaves these to the text):
+                        # the integer's text is its str()
+                        out.negative_dur.update(
+                            (base + pos[i], str(int(values[i]) // 1000))
+                            for i in np.flatnonzero(values < 0).tolist()
+                        )
+                else:
+                    raw = list(map(_RAW[col], evs))
+                    values, ok = _times(raw, 0, bad, col)
+                    if col == "dur":  # rare: their texts, for the message
+                        out.negative_dur.update(
+                            (base + pos[i], bytes(raw[i]).decode())
+                            for i in np.flatnonzero(values < 0).tolist()
+                        )
                 times[f"{col}_ns"].add(_spread(values, at, n))
                 times[f"{col}_ok"].add(_spread(ok, at, n))
             out.bad_time.update((base + pos[i], why) for i, why in bad.items())

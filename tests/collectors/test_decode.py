@@ -932,7 +932,94 @@ def test_a_bad_token_inside_a_batch_is_cut_before_at_once(monkeypatch):
     buf = ",".join(events).encode()
     tries = []
     real = dec._events
-    monkeypatch.setattr(dec, "_events", lambda text: tries.append(len(text)) or real(text))
+    monkeypatch.setattr(dec, "_events", lambda text, *a: tries.append(len(text)) or real(text, *a))
     cut, evs = dec._cut(buf, len(buf))
     assert [e.name for e in evs] == [f"op{i}" for i in range(500)]  # the events before the NaN's
     assert buf[:cut].endswith(events[499].encode()) and len(tries) == 2  # the whole batch, then before it
+
+
+def _doc(times: list[tuple[str, str | None]]) -> bytes:
+    """A document of one ``X`` event per (ts text, dur text or None: absent)."""
+    evs = [
+        '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": '
+        + ts
+        + ("" if dur is None else f', "dur": {dur}')
+        + "}"
+        for ts, dur in times
+    ]
+    return b'{"traceEvents": [' + ",\n".join(evs).encode() + b"]}"
+
+
+def test_times_read_as_numbers_where_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ts/dur decoded by msgspec as JSON integers (old-style epoch us) or binary floats (new-style:
+    # 3 decimals after the base) and converted to ns without their texts, where that is exact; the
+    # text path (decode._times) only for the rest. Hand values (ns = us * 1000, exact):
+    from traceprof.collectors.kineto import decode as dec
+
+    texts: list[int] = []
+    real = dec._times
+    monkeypatch.setattr(dec, "_times", lambda raw, *a: texts.append(len(raw)) or real(raw, *a))
+    # old style: 1669783687464249 us -> 1,669,783,687,464,249,000 ns (beyond a float's 2**53 in ns);
+    # "dur": -1 (an op still open) is quoted as written
+    d = decode(_doc([("1669783687464249", "229253"), ("1669783687464252", "-1")]))
+    assert d.ts_ns.tolist() == [1_669_783_687_464_249_000, 1_669_783_687_464_252_000]
+    assert d.dur_ns.tolist() == [229_253_000, -1000] and d.negative_dur == {1: "-1"}
+    # new style: 10.5 -> 10,500; 2.125 -> 2,125; 68719476735.999 (just under 2**36 us) -> 68,719,476,735,999;
+    # 12.3451 -> 12,345.1 ns, rounded to the nearest: 12,345 (timeconv's half-to-even gives the same)
+    d = decode(_doc([("10.5", "2.125"), ("68719476735.999", "0.001"), ("12.3451", None)]))
+    assert d.ts_ns.tolist() == [10_500, 68_719_476_735_999, 12_345]
+    assert d.dur_ns.tolist() == [2_125, 1, 0] and d.dur_ok.tolist() == [True, True, False]
+    assert texts == []  # no batch went through the texts
+    # a tie at the 4th decimal (3.0005 us = 3,000.5 ns -> 3,000, half-to-even), 2**36 us and more
+    # with decimals (68719476736.001 -> 68,719,476,736,001), a negative float dur (quoted as
+    # written: "-1.50"), epoch us with decimals: each read from its text, exactly
+    for times, ts, dur, negative in [
+        ([("3.0005", "1")], [3_000], [1_000], {}),
+        ([("68719476736.001", "1")], [68_719_476_736_001], [1_000], {}),
+        ([("1.5", "-1.50")], [1_500], [-1_500], {0: "-1.50"}),
+        ([("1712195495519689.047", "63.813")], [1_712_195_495_519_689_047], [63_813], {}),
+    ]:
+        texts.clear()
+        d = decode(_doc(times))
+        assert (d.ts_ns.tolist(), d.dur_ns.tolist(), d.negative_dur) == (ts, dur, negative), times
+        assert texts, times
+
+
+def test_times_as_numbers_match_the_reference_in_any_batch() -> None:
+    # Random documents mixing every kind of time text (integers, 3 decimals, ties and other values
+    # past 3 decimals, 2**36 us and epoch us with decimals, exponents, absent, negative durs) in
+    # batches of every size: each time equals the exact Decimal reference (_check).
+    import random
+
+    ts_texts = ["1669783687464249", "10.5", "0.001", "3.0005", "3.0015", "12.3456", "68719476735.999",
+                "68719476736.001", "1712195495519689.047", "1.5e3", "1E-3", "0", "-2", "7"]  # fmt: skip
+    dur_texts = [None, "1", "2.125", "-1", "-1.5", "0.0005", "229253", "1e2"]
+    rng = random.Random(34)
+    for _ in range(60):
+        times = [(rng.choice(ts_texts), rng.choice(dur_texts)) for _ in range(rng.randint(1, 30))]
+        data = _doc(times)
+        _check(data, rng.choice([1, 100, 400, 1 << 20]))
+
+
+def test_large_times_with_decimals_stop_trying_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Real new-style traces write "ts": 5177552537952.524 (us after the base): too large for a float
+    # to hold each ns, and no integer. The first batch finds that (integers fail, floats too large);
+    # the later ones go straight to their texts (tried as numbers, a batch would be decoded again).
+    # Hand values: 5177552537952.524 us = 5,177,552,537,952,524 ns; + k us for event k.
+    from traceprof.collectors.kineto import decode as dec
+
+    class Counted:
+        def __init__(self, decoder: msgspec.json.Decoder) -> None:
+            self.decoder, self.calls = decoder, 0
+
+        def decode(self, text: bytes) -> object:
+            self.calls += 1
+            return self.decoder.decode(text)
+
+    ints, floats = Counted(dec._INT_TIME_EVENTS), Counted(dec._FLOAT_TIME_EVENTS)
+    monkeypatch.setattr(dec, "_INT_TIME_EVENTS", ints)
+    monkeypatch.setattr(dec, "_FLOAT_TIME_EVENTS", floats)
+    d = decode(_doc([(f"{5177552537952 + k}.524", "1.5") for k in range(40)]), batch_bytes=400)
+    assert d.ts_ns.tolist() == [5_177_552_537_952_524 + 1000 * k for k in range(40)]
+    assert d.dur_ns.tolist() == [1_500] * 40
+    assert (ints.calls, floats.calls) == (1, 1)  # the first batch only (40 events: several batches)

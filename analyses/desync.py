@@ -668,7 +668,8 @@ SPEC = Analysis(
     ),
     report=Report(
         110,
-        "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
+        "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps), "
+        "or a rank that dropped a matched collective inside its traced window",
         when=_recorded,
     ),
     findings=Topic("desync", 50, _desync_topic),

@@ -437,13 +437,7 @@ def compare_profiles(
         s_rows = [r for r in s_rows if r["metric"] not in {m["metric"] for m in noisy}]
     rows = [
         {
-            **r,
-            "layer": "structural",
-            "noise_pct": None,
-            "p_value": None,
-            "base_runs": k,
-            "n_base": None,
-            "n_cand": None,
+            **_exact_row(r, k),
             "verdict": noise.INCONCLUSIVE if blind else noise.REGRESSION if r["regressed"] else noise.OK,
             "reason": (f"not gated: {blind}: " if blind else "not gated (--force): " if forced else "")
             + structural_reason(r),
@@ -572,19 +566,7 @@ def _dropped_rows(
     )
     text = dropped.dropped_text(cand.dropped) if cand.dropped is not None else ""
     regressed = bool(row["regressed"]) and counts[-1] > max(counts[:-1])
-    row |= {
-        "ranks": [],
-        "per_rank": None,
-        "layer": "structural",
-        "noise_pct": None,
-        "p_value": None,
-        "base_runs": len(bases),
-        "n_base": None,
-        "n_cand": None,
-        "regressed": regressed,
-        "verdict": noise.REGRESSION if regressed else noise.OK,
-        "text": text,
-    }
+    row = _exact_row(row | {"regressed": regressed}, len(bases), text)
     row["reason"] = (
         ("not gated (--force): " if forced else "")
         + f"{counts[-1]} dropped in {cand.name!r}, at most {max(counts[:-1])} in the baseline runs (exact)"
@@ -593,6 +575,27 @@ def _dropped_rows(
     if text:
         notes.append(f"desync in {cand.name!r}: {text}")
     return [row]
+
+
+def _exact_row(row: dict[str, object], k: int, text: str | None = None) -> dict[str, object]:
+    """A structural row from :func:`traceprof.engine.structure.metric_row`'s keys: exact (no noise),
+    its verdict from ``regressed``; ``k`` baseline runs. ``text``: the words that name its cause, for
+    a metric of the gate's own (:data:`MEMORY_METRIC`, :data:`traceprof.engine.dropped.METRIC`: no
+    changed keys, no ranks); None: a total of :data:`traceprof.engine.structure.METRICS`."""
+    own: dict[str, object] = {} if text is None else {"ranks": [], "per_rank": None, "text": text}
+    return (
+        row
+        | own
+        | {
+            "layer": "structural",
+            "noise_pct": None,
+            "p_value": None,
+            "base_runs": k,
+            "n_base": None,
+            "n_cand": None,
+            "verdict": noise.REGRESSION if row["regressed"] else noise.OK,
+        }
+    )
 
 
 def _role(p: RunProfile, cand: RunProfile) -> str:
@@ -1094,19 +1097,8 @@ def _memory_rows(
     row: dict[str, object] = structure.metric_row(
         MEMORY_METRIC, values, c, threshold, [b.name for b in bases if b.memory is not None], forced
     )
-    change, regressed = float(row["change_pct"]), bool(row["regressed"])  # type: ignore[arg-type]
-    row |= {
-        "ranks": [],
-        "per_rank": None,
-        "layer": "structural",
-        "noise_pct": None,
-        "p_value": None,
-        "base_runs": len(bases),
-        "n_base": None,
-        "n_cand": None,
-        "verdict": noise.REGRESSION if regressed else noise.OK,
-        "text": cause,
-    }
+    change = float(row["change_pct"])  # type: ignore[arg-type]
+    row = _exact_row(row, len(bases), cause)
     reason = structural_reason(row)
     if change:
         reason += "; allocations are deterministic (the baselines' peaks agree to the byte)" + (

@@ -48,6 +48,10 @@ Algorithm:
      never enqueued: its seq's status is ``unknown`` (no other divergence), listed in
      ``ranks_unknown``, and the verdict is ``inconclusive`` unless a divergence of the records kept
      comes first.
+  7. Without sequence numbers (gloo, Kineto traces without ``Seq``): the collectives a traced rank
+     dropped inside its traced window while its peers ran them (:mod:`traceprof.engine.dropped`,
+     from the matched instances' ``ranks_missing``) are each ``missing`` on that rank, and the
+     verdict names those ranks, the instances, op and bytes.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from traceprof.engine.analysis import (
     Verdict,
     register,
 )
+from traceprof.engine.dropped import dropped, dropped_text
 from traceprof.storage.runs import rank_list, run_name, untraced_ranks
 from traceprof.storage.store import Store
 
@@ -592,13 +597,17 @@ def _desync_topic(inp: FindingsInput) -> tuple[list[Finding], Verdict | None]:
 
 
 def _recorded(store: Store, run_id: int) -> bool:
-    """Whether the run holds what desync reads: Flight Recorder or NCCL-plugin dumps."""
-    return bool(
-        store.sql(
-            "SELECT count(*) FROM traces WHERE run_id = ? AND source IN "
-            + TraceSource.sql(*_TRACE_SOURCE.values()),
-            [run_id],
-        ).item()
+    """Whether the run holds what desync reads: Flight Recorder or NCCL-plugin dumps, or a traced
+    rank that dropped a matched collective inside its window (:func:`traceprof.engine.dropped.dropped`)."""
+    return (
+        bool(
+            store.sql(
+                "SELECT count(*) FROM traces WHERE run_id = ? AND source IN "
+                + TraceSource.sql(*_TRACE_SOURCE.values()),
+                [run_id],
+            ).item()
+        )
+        or not dropped(store, run_id).is_empty()
     )
 
 
@@ -659,7 +668,8 @@ SPEC = Analysis(
     ),
     report=Report(
         110,
-        "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps)",
+        "collectives with process group and sequence number (Flight Recorder or NCCL-plugin dumps), "
+        "or a rank that dropped a matched collective inside its traced window",
         when=_recorded,
     ),
     findings=Topic("desync", 50, _desync_topic),
@@ -676,7 +686,13 @@ def run(store: Store, params: Params) -> Result:
     """
     run_id = store.resolve_run(params.run)
     name = run_name(store, run_id)
-    df, source, empty, progress = _load(store, run_id, name)
+    try:
+        df, source, empty, progress = _load(store, run_id, name)
+    except AnalysisError:  # no sequence numbers: the matched instances may still show a rank out of step
+        gone = dropped(store, run_id)
+        if gone.is_empty():
+            raise
+        return _dropped_result(gone)
     rejected = _rejected(store, run_id, source)
     inst: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []
@@ -753,36 +769,49 @@ def run(store: Store, params: Params) -> Result:
     if unknown:  # the summary's desync verdict says the same: it reads this row
         text = f"{unknown}; {text}"
         row.update(status="inconclusive", text=text)
-    verdict = pl.DataFrame(
-        [row],
-        schema={
-            "status": pl.Utf8,
-            "source": pl.Utf8,
-            "pg": pl.Utf8,
-            "members": pl.List(pl.Int64),
-            "seq": pl.Int64,
-            "op": pl.Utf8,
-            "behind": pl.List(pl.Int64),
-            "text": pl.Utf8,
-        },
-    )
-    cols = [
-        "pg",
-        "members",
-        "seq",
-        "op",
-        "status",
-        "ranks_enqueued",
-        "ranks_started",
-        "ranks_completed",
-        "ranks_missing",
-        "ranks_unknown",
-        "mismatch",
-        "first_enter_ns",
-    ]
-    shown = [{k: r[k] for k in cols} for r in (inst if params.all else bad)]
-    frame = pl.DataFrame(shown, schema={c: _TYPES.get(c, pl.List(pl.Int64)) for c in cols})
+    verdict = pl.DataFrame([row], schema=_VERDICT_SCHEMA)
+    shown = [{k: r[k] for k in _COLS} for r in (inst if params.all else bad)]
+    frame = pl.DataFrame(shown, schema={c: _TYPES.get(c, pl.List(pl.Int64)) for c in _COLS})
     return Result(frame=frame, ranks=pl.DataFrame(per_rank), verdict=verdict, notes=(text, *notes))
+
+
+def _dropped_result(gone: pl.DataFrame) -> Result:
+    """The result from matched instances alone (no sequence numbers; module doc, step 7): each
+    collective a traced rank dropped inside its traced window (:func:`traceprof.engine.dropped.dropped`)
+    is ``missing`` on that rank; the verdict names every such rank."""
+    text = "ranks out of step (matched collectives, no sequence numbers): " + dropped_text(gone)
+    frame = pl.DataFrame(
+        {
+            "pg": gone["pg"],
+            "members": [None] * gone.height,
+            "seq": [None] * gone.height,
+            "op": gone["op"],
+            "status": ["missing"] * gone.height,
+            **{c: [[]] * gone.height for c in ("ranks_enqueued", "ranks_started", "ranks_completed")},
+            "ranks_missing": [[r] for r in gone["rank"].to_list()],
+            "ranks_unknown": [[]] * gone.height,
+            "mismatch": [None] * gone.height,
+            "first_enter_ns": gone["first_arrival_ns"],
+        },
+        schema={c: _TYPES.get(c, pl.List(pl.Int64)) for c in _COLS},
+    )
+    first = gone.sort("first_arrival_ns").row(0, named=True)
+    verdict = pl.DataFrame(
+        [
+            {
+                "status": "missing",
+                "source": first["source"],
+                "pg": first["pg"],
+                "members": None,
+                "seq": None,
+                "op": first["op"],
+                "behind": sorted(set(gone["rank"].to_list())),
+                "text": text,
+            }
+        ],
+        schema=_VERDICT_SCHEMA,
+    )
+    return Result(frame=frame, ranks=pl.DataFrame(), verdict=verdict, notes=(text,))
 
 
 _TYPES = {
@@ -793,3 +822,27 @@ _TYPES = {
     "mismatch": pl.Utf8,
     "first_enter_ns": pl.Int64,
 }
+_VERDICT_SCHEMA: dict[str, Any] = {
+    "status": pl.Utf8,
+    "source": pl.Utf8,
+    "pg": pl.Utf8,
+    "members": pl.List(pl.Int64),
+    "seq": pl.Int64,
+    "op": pl.Utf8,
+    "behind": pl.List(pl.Int64),
+    "text": pl.Utf8,
+}
+_COLS = [
+    "pg",
+    "members",
+    "seq",
+    "op",
+    "status",
+    "ranks_enqueued",
+    "ranks_started",
+    "ranks_completed",
+    "ranks_missing",
+    "ranks_unknown",
+    "mismatch",
+    "first_enter_ns",
+]

@@ -55,9 +55,9 @@ import polars as pl
 from traceprof.core.errors import TraceprofError, UsageError
 from traceprof.core.names import shorten
 from traceprof.engine import analysis as registry
-from traceprof.engine import noise, structure, timing
+from traceprof.engine import dropped, noise, structure, timing
 from traceprof.engine.analysis import Chart, FrameResult
-from traceprof.engine.difftext import structural_reason, summary_line
+from traceprof.engine.difftext import UNEVEN, structural_reason, summary_line
 from traceprof.engine.timing import typical_items
 from traceprof.ingest.matching import run_missing_step_notes
 from traceprof.storage import comparable
@@ -126,6 +126,9 @@ class RunProfile:
     #: One note per rank that lacks steps other ranks of the run have
     #: (:func:`traceprof.ingest.matching.run_missing_step_notes`).
     lost_steps: tuple[str, ...] = ()
+    #: The collectives a traced rank dropped inside its traced window
+    #: (:func:`traceprof.engine.dropped.dropped`); None: not looked for (a profile built by hand).
+    dropped: pl.DataFrame | None = None
 
     @property
     def ranks(self) -> frozenset[int]:
@@ -158,6 +161,7 @@ def run_profile(
         memory_profile(store, run_id),
         untraced_ranks(store, run_id)[0],
         tuple(run_missing_step_notes(store, run_id)),
+        dropped.dropped(store, run_id),
     )
     if cache is not None:
         cache[run_id] = p
@@ -427,18 +431,13 @@ def compare_profiles(
     if forced or blind:  # other device kinds or job sizes count other things per step: shown, not gated
         s_rows = [{**r, "regressed": False} for r in s_rows]
     noisy: list[dict[str, object]] = []
+    uneven: list[str] = []
     if not blind:  # a count that differs between the steps of a run is no exact count (step 1)
-        noisy = _varying_rows([*bases, cand], s_rows, limits, alpha, step_base, forced, notes)
+        noisy = _varying_rows([*bases, cand], s_rows, limits, alpha, step_base, forced, notes, uneven)
         s_rows = [r for r in s_rows if r["metric"] not in {m["metric"] for m in noisy}]
     rows = [
         {
-            **r,
-            "layer": "structural",
-            "noise_pct": None,
-            "p_value": None,
-            "base_runs": k,
-            "n_base": None,
-            "n_cand": None,
+            **_exact_row(r, k),
             "verdict": noise.INCONCLUSIVE if blind else noise.REGRESSION if r["regressed"] else noise.OK,
             "reason": (f"not gated: {blind}: " if blind else "not gated (--force): " if forced else "")
             + structural_reason(r),
@@ -449,6 +448,8 @@ def compare_profiles(
     rows = sorted([*rows, *noisy], key=lambda r: order.index(str(r["metric"])))  # each in its place
     mem_rows = _memory_rows(bases, cand, limits[MEMORY_METRIC], alpha, step_base, forced, notes)
     rows += mem_rows
+    desync_rows = _dropped_rows(bases, cand, forced, notes)
+    rows += desync_rows
     busier = _contention(bases, cand, limits["step_time_ns"])
     has_mfu = all(
         s.get_column("mfu_pct").is_not_null().any() if "mfu_pct" in s.columns else False for s in smp
@@ -525,8 +526,10 @@ def compare_profiles(
     mixed = _mixed_baselines(bases, s_rows, limits)
     if mixed:
         notes.append(mixed)
-    struct_rows = s_rows + [r for r in mem_rows if r["layer"] == "structural"]
-    summary = summary_line(label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k)
+    struct_rows = s_rows + [r for r in mem_rows if r["layer"] == "structural"] + desync_rows
+    summary = summary_line(
+        label, cand.name, verdict, layers, metrics, struct_rows, s_items, items, ranks, k, uneven
+    )
     if notes and notes[0].startswith("ranks: "):  # which ranks a run lacks: in the one line CI shows too
         summary += f" ({notes[0]})"
     if lacking:  # in the one line CI shows too: a lost step changes the samples, not the structure
@@ -544,6 +547,54 @@ def compare_profiles(
         summary=summary,
         baseline=label,
         notes=(summary, *notes),
+    )
+
+
+def _dropped_rows(
+    bases: Sequence[RunProfile], cand: RunProfile, forced: bool, notes: list[str]
+) -> list[dict[str, object]]:
+    """The :data:`dropped.METRIC` row (structural, exact), only when some run dropped a collective:
+    a regression (exit 3) when the candidate dropped more than every baseline run (threshold 0: one
+    rank skipping a collective its peers ran is a desync, hard evidence, whatever the timing), with
+    the candidate's drops in words (``text``) and a note."""
+    runs = [*bases, cand]
+    if all(r.dropped is None or r.dropped.is_empty() for r in runs):
+        return []
+    counts = [0 if r.dropped is None else r.dropped.height for r in runs]
+    row: dict[str, object] = structure.metric_row(
+        dropped.METRIC, counts[:-1], counts[-1], 0.0, [b.name for b in bases], forced
+    )
+    text = dropped.dropped_text(cand.dropped) if cand.dropped is not None else ""
+    regressed = bool(row["regressed"]) and counts[-1] > max(counts[:-1])
+    row = _exact_row(row | {"regressed": regressed}, len(bases), text)
+    row["reason"] = (
+        ("not gated (--force): " if forced else "")
+        + f"{counts[-1]} dropped in {cand.name!r}, at most {max(counts[:-1])} in the baseline runs (exact)"
+        + (f": {text}" if text else "")
+    )
+    if text:
+        notes.append(f"desync in {cand.name!r}: {text}")
+    return [row]
+
+
+def _exact_row(row: dict[str, object], k: int, text: str | None = None) -> dict[str, object]:
+    """A structural row from :func:`traceprof.engine.structure.metric_row`'s keys: exact (no noise),
+    its verdict from ``regressed``; ``k`` baseline runs. ``text``: the words that name its cause, for
+    a metric of the gate's own (:data:`MEMORY_METRIC`, :data:`traceprof.engine.dropped.METRIC`: no
+    changed keys, no ranks); None: a total of :data:`traceprof.engine.structure.METRICS`."""
+    own: dict[str, object] = {} if text is None else {"ranks": [], "per_rank": None, "text": text}
+    return (
+        row
+        | own
+        | {
+            "layer": "structural",
+            "noise_pct": None,
+            "p_value": None,
+            "base_runs": k,
+            "n_base": None,
+            "n_cand": None,
+            "verdict": noise.REGRESSION if row["regressed"] else noise.OK,
+        }
     )
 
 
@@ -720,22 +771,31 @@ def _varying_rows(
     step_base: float,
     forced: bool,
     notes: list[str],
+    uneven: list[str],
 ) -> list[dict[str, object]]:
     """The rows of the structural totals that are not exact (module doc, step 1): some run (baseline
     or candidate; ``runs``, the candidate last) counts the metric differently in two steps of one
     rank (:meth:`traceprof.engine.structure.Structure.exact`). Each goes through the timing layer's
     noise test, a run's unit values being its job totals per step
     (:meth:`~traceprof.engine.structure.Structure.units`), with a note naming the first such run and
-    rank; ``forced``: shown, not gated. Linear in the runs' (rank, step) rows."""
+    rank, and in ``uneven`` the metric with that run's odd steps
+    (:meth:`~traceprof.engine.structure.Structure.odd_steps`, for the summary); ``forced``: shown, not gated. Linear in the runs' (rank, step) rows."""
     out: list[dict[str, object]] = []
     for r in s_rows:
         metric = str(r["metric"])
-        varying = [(p.name, p.structure.varying(metric)) for p in runs if not p.structure.exact(metric)]
+        varying = [p for p in runs if not p.structure.exact(metric)]
         if not varying:
             continue
         per = [(p.structure.total(metric), p.structure.units(metric)) for p in runs]
         row = _timing_row(metric, per, [len(u) for _, u in per], step_base, limits[metric], alpha)
-        row["reason"] = f"{row['reason']}; counts differ between the steps of a run: noise-tested"
+        name, where, odd = (
+            varying[0].name,
+            varying[0].structure.varying(metric),
+            varying[0].structure.odd_steps(metric),
+        )
+        row["reason"] = (
+            f"{row['reason']}; {UNEVEN}" + (f" ({name!r}: {odd})" if odd else "") + ": noise-tested"
+        )
         if forced and row["verdict"] == noise.REGRESSION:
             row |= {
                 "verdict": noise.OK,
@@ -743,9 +803,11 @@ def _varying_rows(
                 "reason": f"not gated (--force): {row['reason']}",
             }
         out.append(row)
-        name, where = varying[0]
+        uneven.append(f"{metric} ({name!r}: {odd or where + ' per step on a rank'})")
         notes.append(
-            f"{metric}: the steps of {name!r} count it differently ({where} per step), so the median per step "
+            f"{metric}: the steps of {name!r} count it differently ({where} per step)"
+            + (f" (job totals {odd})" if odd else "")
+            + ", so the median per step "
             "is no exact count: noise-tested as a timing metric, not gated as a structural change"
         )
     return out
@@ -1035,19 +1097,8 @@ def _memory_rows(
     row: dict[str, object] = structure.metric_row(
         MEMORY_METRIC, values, c, threshold, [b.name for b in bases if b.memory is not None], forced
     )
-    change, regressed = float(row["change_pct"]), bool(row["regressed"])  # type: ignore[arg-type]
-    row |= {
-        "ranks": [],
-        "per_rank": None,
-        "layer": "structural",
-        "noise_pct": None,
-        "p_value": None,
-        "base_runs": len(bases),
-        "n_base": None,
-        "n_cand": None,
-        "verdict": noise.REGRESSION if regressed else noise.OK,
-        "text": cause,
-    }
+    change = float(row["change_pct"])  # type: ignore[arg-type]
+    row = _exact_row(row, len(bases), cause)
     reason = structural_reason(row)
     if change:
         reason += "; allocations are deterministic (the baselines' peaks agree to the byte)" + (

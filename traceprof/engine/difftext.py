@@ -6,13 +6,18 @@ long kernel and op names shortened to their family (``traceprof.core.names.short
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 from traceprof.core.names import shorten
 from traceprof.core.term import label as quoted_label
-from traceprof.engine import noise
+from traceprof.engine import dropped, noise
 
-__all__ = ["structural_reason", "summary_line", "causes"]
+__all__ = ["UNEVEN", "structural_reason", "summary_line", "causes"]
+
+#: The reason's words for a structural total whose counts differ between the steps of a run (noise-tested).
+UNEVEN = "counts differ between the steps of a run"
 
 
 def structural_reason(r: dict[str, object]) -> str:
@@ -36,6 +41,8 @@ def _count(x: float) -> str:
 def _structural_text(m: dict[str, object], changed: pl.DataFrame, world: int) -> str:
     """``flops +17.8% per step (> 1%): +2 aten::mm (512,128)@(128,512) per step on every rank, ...``"""
     name = str(m["metric"])
+    if name == dropped.METRIC:  # a count of desyncs: its words name the ranks, instances, op and bytes
+        return f"desync: {m['text']}"
     head = f"{name} {float(m['change_pct']):+.1f}% per step (> {m['threshold_pct']:g}%)"  # type: ignore[arg-type]
     by = {
         "flops": ("delta_flops", None),
@@ -58,6 +65,32 @@ def _structural_text(m: dict[str, object], changed: pl.DataFrame, world: int) ->
     else:
         parts = [_key_text(r, world) for r in rows.sort(col, descending=True).head(3).iter_rows(named=True)]
     return head + (": " + ", ".join(parts) if parts else "")
+
+
+#: The structural totals of communication.
+_COMM = ("collectives", "comm_bytes")
+
+
+def _fewer_collectives(moved: pl.DataFrame, changed: pl.DataFrame, world: int) -> str:
+    """Fewer collectives or bytes per step, named first in the summary (not gated: fusing buckets is
+    an optimisation, but a dropped all-reduce is a bug, so it must not read as "within thresholds"):
+    ``FEWER COLLECTIVES (not gated; check it is intended): collectives -25.0%, comm_bytes -26.2%
+    per step: -1 all_reduce per step on every rank (-2.12 MiB)``; "" when neither decreased."""
+    from traceprof.core.display import size
+
+    down = moved.filter(pl.col("metric").is_in(_COMM) & (pl.col("change_pct") < 0))
+    if down.is_empty():
+        return ""
+    head = ", ".join(f"{m['metric']} {m['change_pct']:+.1f}%" for m in down.iter_rows(named=True))
+    rows = changed.filter((pl.col("kind") == "collective") & (pl.col("delta_calls") < 0))
+    keys = [
+        _key_text(r, world) + (f" ({size(r['delta_bytes'])} per step in all)" if r["delta_bytes"] else "")
+        for r in rows.sort("delta_calls").head(3).iter_rows(named=True)
+    ]
+    return (
+        "FEWER COLLECTIVES (not gated: fusing them is an optimisation; check none was dropped): "
+        f"{head} per step" + (": " + ", ".join(keys) if keys else "")
+    )
 
 
 def _where(ranks: list[int], world: int) -> str:
@@ -141,10 +174,13 @@ def summary_line(
     items: pl.DataFrame,
     ranks: pl.DataFrame,
     k: int,
+    uneven: Sequence[str] = (),
 ) -> str:
     """The gate's one-line CI summary: the verdict and its layers, then the structural changes past
     their thresholds (what was added, on which ranks), the timing regressions with their causes, and
-    the figures of every inconclusive metric."""
+    the figures of every inconclusive metric. ``uneven``: the structural totals whose counts differ
+    between the steps of a run, each with those steps (``collectives ('drop1': step 5: 12 (the other
+    steps 16))``): named instead of "no structural change"."""
     world = max(ranks.height, 1)
     head = f"{verdict.upper()}{' (' + ', '.join(layers) + ')' if layers else ''} {quoted_label(base)} -> {quoted_label(cand)}"
     struct = metrics.filter(pl.col("layer") == "structural")
@@ -161,17 +197,27 @@ def summary_line(
         for m in moved.filter(past).iter_rows(named=True):
             why = str(m["reason"]).removesuffix(structural_reason(m)).removesuffix(": ")
             parts.append(f"{why}: {m['metric']} {m['change_pct']:+.1f}% > {m['threshold_pct']:g}%")
+        fewer = _fewer_collectives(moved, changed, world)
+        if fewer:
+            parts.append(fewer)
         for label, rows in (
             ("structure changed within thresholds", moved.filter((pl.col("change_pct") > 0) & ~past)),
-            ("structure shrank (decreases are not gated)", moved.filter(pl.col("change_pct") < 0)),
+            (
+                "structure shrank (decreases are not gated)",
+                moved.filter((pl.col("change_pct") < 0) & ~pl.col("metric").is_in(_COMM if fewer else ())),
+            ),
         ):
             if rows.height:
                 parts.append(
                     f"{label}: "
                     + ", ".join(f"{m['metric']} {m['change_pct']:+.1f}%" for m in rows.iter_rows(named=True))
                 )
-    else:
-        parts.append("no structural change")
+    else:  # a total that differs between steps is noise-tested: a change of counts, but not an exact one
+        parts.append(
+            f"step counts differ, so no exact structural comparison: {', '.join(uneven)}"
+            if uneven
+            else "no structural change"
+        )
     if "timing" in layers:
         parts += [
             f"{_moved(m)} ({m['reason']})" for m in tim.filter(pl.col("regressed")).iter_rows(named=True)

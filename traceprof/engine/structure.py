@@ -146,6 +146,22 @@ class Structure:
                 return f"rank {rank}: {shown}"
         return ""
 
+    def odd_steps(self, metric: str) -> str:
+        """The steps whose job total of ``metric`` (the sum over ranks) differs from the most common
+        one, with both values (``step 5: 12 (the other steps 16)``; a tie: the smaller value is the
+        common one), or "" when every step counts the same. Linear in the (rank, step) rows."""
+        if self.per_step is None or self.per_step.is_empty():
+            return ""
+        per = self.per_step.group_by("step").agg(pl.col(metric).sum()).sort("step")
+        counts = per.group_by(metric).len().sort(["len", metric], descending=[True, False])
+        if counts.height < 2:
+            return ""
+        usual = counts[metric][0]
+        odd = per.filter(pl.col(metric) != usual)
+        shown = ", ".join(f"step {s}: {v:,.0f}" for s, v in odd.head(6).iter_rows())
+        more = f", ... ({odd.height} steps)" if odd.height > 6 else ""
+        return f"{shown}{more} (the other steps {usual:,.0f})"
+
 
 def _median_over_steps(
     rows: pl.DataFrame, by: list[str], values: list[str], steps: pl.DataFrame

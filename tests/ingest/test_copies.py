@@ -287,3 +287,43 @@ def test_already_stored_names_the_run_that_stored_this_path(store, tmp_path):
         str(tmp_path / "b" / "rank0.json"): "run 'again' (id 2), rank 0",
         str(tmp_path / "b" / "rank1.json"): "run 'again' (id 2), rank 1",
     }
+
+
+def test_a_near_copy_of_the_second_of_two_ranks_at_one_time_is_refused(store, tmp_path):
+    """r0 (pid 3001) and r1 (pid 3002) are hand-built ranks of one 40-op step at the very same
+    times (as /work/shared/cases/deepep_comm_kernels: no copy, other pids); r2 is r1's file with its
+    first op removed and its rank edited to 2, keeping pid 3002: 40 of r1's 41 events (ProfilerStep
+    and 40 ops) at the same (name, ts, dur), 40 / 41 = 97.6 % >= NEAR. Before: r2's sample was
+    compared only with r0's (the first trace of every bucket it falls in), of another pid, so the
+    copy was stored as rank 2 (a warning of pid 3002 twice). After: candidates are bucketed per pid,
+    r2 meets r1 and the run is refused naming both files."""
+    d = tmp_path / "job"
+    d.mkdir()
+    names = [f"op{i}" for i in range(40)]
+    for rank, pid, drop in ((0, 3001, False), (1, 3002, False), (2, 3002, True)):
+        doc = micro_trace(names, rank=rank, world=3) | {"host_name": "vm"}
+        if drop:
+            del doc["traceEvents"][1]
+        for e in doc["traceEvents"]:
+            e["pid"] = pid
+        (d / f"r{rank}.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    msg = str(e.value)
+    assert msg.startswith(f"{d / 'r2.json'}: "), msg
+    assert f"are at the very times of events of rank 1 in {d / 'r1.json'} (" in msg, msg
+    assert "a near-copy of one rank's file with its rank edited" in msg, msg
+    assert store.runs().height == 0
+
+
+def test_two_hand_built_ranks_of_other_pids_at_one_time_are_stored(store, tmp_path):
+    """The same r0 (pid 3001) and r1 (pid 3002), without the copy: no copy (other pids), both stored."""
+    d = tmp_path / "job"
+    d.mkdir()
+    for rank, pid in ((0, 3001), (1, 3002)):
+        doc = micro_trace([f"op{i}" for i in range(40)], rank=rank, world=2) | {"host_name": "vm"}
+        for e in doc["traceEvents"]:
+            e["pid"] = pid
+        (d / f"r{rank}.json").write_text(json.dumps(doc))
+    ingest(store, [d], jobs=1)
+    assert _runs(store) == {"job": (2, 2)}

@@ -176,7 +176,9 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
     """
     by_process: dict[tuple[str, str, str], list[ParsedTrace]] = {}
     seen: dict[tuple[str, str], ParsedTrace] = {}  # (source, digest) -> its first file
-    sketched: dict[str, list[tuple[ParsedTrace, tuple[int, ...]]]] = {}  # source -> (trace, sketch)
+    # (source, pid) -> (trace, sketch): a near-copy keeps its pid, so only traces of one pid are
+    # compared (near_pairs meets each trace's first near trace alone: another pid's would hide it)
+    sketched: dict[tuple[str, str], list[tuple[ParsedTrace, tuple[int, ...]]]] = {}
     for pt in sorted(traces, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1)):
         host = str(pt.trace.get("host") or "")
         d = pt.events_digest
@@ -185,12 +187,12 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
         other = seen.setdefault((pt.source, d), pt)
         if other.path != pt.path and other.rank != pt.rank:
             _refuse(name, field, other, pt, f"its {pt.events_kept} events are, row for row, those of rank")
-        if pt.events_sketch is not None:
-            sketched.setdefault(pt.source, []).append((pt, pt.events_sketch))
+        pid = process_id(pt)
+        if pt.events_sketch is not None and pid is not None:
+            sketched.setdefault((pt.source, pid), []).append((pt, pt.events_sketch))
     for pairs in sketched.values():
         for other, pt, n, of in sketch.near_pairs(pairs):
-            same = process_id(pt) is not None and process_id(pt) == process_id(other)  # a copy keeps its pid
-            if other.path != pt.path and other.rank != pt.rank and same:
+            if other.path != pt.path and other.rank != pt.rank:  # one pid: a copy keeps its pid
                 _refuse(
                     name,
                     field,

@@ -13,6 +13,7 @@ import pytest
 from tests.builders import micro_trace
 from tests.conftest import SAMPLES
 from traceprof.core.errors import TraceFormatError
+from traceprof.core.parsed import ParsedTrace
 from traceprof.ingest.ingest import ingest
 
 T0 = 1_700_000_000_000_000_000  # ns
@@ -186,6 +187,23 @@ def test_a_rank_file_copied_with_its_rank_edited_is_refused(store, tmp_path, hos
     _rank_file(real / "rank1.json", 1, T0, pid=102, host="vm2", world=2)
     ingest(store, [real], jobs=1)
     assert _runs(store) == {"real": (2, 2)}
+
+
+def test_rule_3_names_the_pid_as_process_id_reads_it() -> None:
+    """Rule 3's error names each file's process through ``traceprof.storage.identity.process_id``
+    (the one reading of the pid): a trace whose pid is unstated (Kineto: no ProfilerStep and no
+    cpu_op to take it from) reads ``pid unknown``; it read ``pid `` (an empty word), its own
+    ``str(pid or "")``. Pids "101" / "0" are named as they are."""
+    from types import SimpleNamespace
+
+    from traceprof.ingest.copies import _where
+
+    def pt(host: str, pid: object) -> ParsedTrace:
+        return SimpleNamespace(trace={"host": host, "pid": pid})  # type: ignore[return-value]
+
+    assert _where(pt("vm", None), pt("vm", None)) == "host 'vm', pid unknown both"
+    assert _where(pt("vm", "101"), pt("vm2", "")) == "host 'vm', pid 101; host 'vm2', pid unknown"
+    assert _where(pt("vm", "0"), pt("vm", "0")) == "host 'vm', pid 0 both"
 
 
 def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):

@@ -196,8 +196,9 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
 
 def _where(a: ParsedTrace, b: ParsedTrace) -> str:
     """The process of two files in rule 3's error: ``host 'vm', pid 101 both``, or each file's when
-    the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``)."""
-    one, two = ((str(pt.trace.get("host") or ""), str(pt.trace.get("pid") or "")) for pt in (a, b))
+    the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``). The pid as
+    :func:`~traceprof.storage.identity.process_id` reads it, ``pid unknown`` when unstated."""
+    one, two = ((str(pt.trace.get("host") or ""), process_id(pt) or "unknown") for pt in (a, b))
     if one == two:
         return f"host {one[0]!r}, pid {one[1]} both"
     return f"host {one[0]!r}, pid {one[1]}; host {two[0]!r}, pid {two[1]}"

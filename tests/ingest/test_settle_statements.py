@@ -74,3 +74,68 @@ def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
     assert code == 0, err
     assert "run 'job': 1 of 2 ranks traced" in err
     assert sum(s.startswith("SELECT world_size FROM runs") for s in seen) == 1
+
+
+def test_the_runs_sources_are_read_with_its_ranks(tmp_path, monkeypatch):
+    """The settle hooks' choice (which sources the run holds) comes from the one read of the run's
+    traces that counts its ranks (``storage.runs.ranks_held``): one ``SELECT DISTINCT ... FROM traces``
+    in the settle step before matching (hand count: 1; before, 2: the ranks', then ``SELECT DISTINCT
+    source FROM traces``)."""
+    from traceprof.ingest import ingest as ingest_mod
+
+    seen: list[str] = []
+
+    class Counting:
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            seen.append(" ".join(sql.split()))
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    def settle(store, run_id, align):
+        con, store.con = store.con, Counting(store.con)
+        try:
+            return real_settle(store, run_id, align)
+        finally:
+            store.con = con
+
+    real_settle = ingest_mod._settle_run
+    monkeypatch.setattr(ingest_mod, "_settle_run", settle)
+    code, _, err = run("ingest", str(_rank0_of_two(tmp_path)), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0, err
+    assert "run 'job': 1 of 2 ranks traced" in err
+    reads = [s for s in seen if s.startswith("SELECT DISTINCT") and "traces WHERE run_id = ?" in s]
+    assert len(reads) == 1, reads
+
+
+def test_ingest_stats_each_file_once(tmp_path, monkeypatch):
+    """``ingest`` stats each file once (its size: the stored-size check, this ingest's copies, whether
+    to parse in workers); it statted each new file three times (``f.stat()`` twice in ``ingest``, once
+    more in ``_parse_all`` for the size that decides the workers). Hand count: 2 files -> 2 calls of
+    ``Path.stat`` from ``traceprof/ingest/ingest.py`` itself (``is_file`` etc. in discovery call it
+    from pathlib, not counted)."""
+    import sys
+    from pathlib import Path
+
+    from traceprof.ingest import ingest as ingest_mod
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r in (0, 1):
+        (folder / f"rank{r}.json").write_text(json.dumps(micro_trace(["aten::mm"], rank=r, world=2)))
+    calls: list[str] = []
+    real = Path.stat
+
+    def stat(self, *a, **k):
+        if sys._getframe(1).f_code.co_filename == ingest_mod.__file__:
+            calls.append(self.name)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    code, _, err = run("ingest", str(folder), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0, err
+    assert sorted(calls) == ["rank0.json", "rank1.json"]

@@ -12,6 +12,7 @@ name (``traceprof.core.schema``) minus ``run_id`` and ``trace_id``.
 
 from __future__ import annotations
 
+import builtins
 import functools
 import hashlib
 import os
@@ -171,7 +172,7 @@ class ParsedTrace:
                 )
 
     @classmethod
-    def of_bytes(cls, path: str | os.PathLike[str], raw: bytes, **fields: Any) -> ParsedTrace:
+    def of_bytes(cls, path: str | os.PathLike[str], raw: builtins.bytes, **fields: Any) -> ParsedTrace:
         """The trace of file ``path`` whose whole content is ``raw`` (read in one piece): ``path``
         as text, ``sha256`` of ``raw`` (hex) and ``bytes`` its length, with the other ``fields``.
 

@@ -42,10 +42,9 @@ def test_a_kineto_run_runs_no_settle_hook_of_another_source(tmp_path, monkeypatc
     assert called == []
 
 
-def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
-    """The untraced-ranks note and the profiler-gap note share one read of the run's world size and
-    traces: one ``SELECT world_size FROM runs`` in the settle step (hand count: one run -> 1; before,
-    3: once for the untraced ranks and twice for the profiler gap, all sources then profilers only)."""
+def _settle_statements(tmp_path, monkeypatch) -> list[str]:
+    """The statements (white space folded) the settle step runs when ingest stores rank 0 of a
+    world of 2 (its note on the untraced rank checked)."""
     from traceprof.ingest import ingest as ingest_mod
 
     seen: list[str] = []
@@ -73,6 +72,14 @@ def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
     code, _, err = run("ingest", str(_rank0_of_two(tmp_path)), "--db", str(tmp_path / "s.duckdb"))
     assert code == 0, err
     assert "run 'job': 1 of 2 ranks traced" in err
+    return seen
+
+
+def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
+    """The untraced-ranks note and the profiler-gap note share one read of the run's world size and
+    traces: one ``SELECT world_size FROM runs`` in the settle step (hand count: one run -> 1; before,
+    3: once for the untraced ranks and twice for the profiler gap, all sources then profilers only)."""
+    seen = _settle_statements(tmp_path, monkeypatch)
     assert sum(s.startswith("SELECT world_size FROM runs") for s in seen) == 1
 
 
@@ -81,33 +88,7 @@ def test_the_runs_sources_are_read_with_its_ranks(tmp_path, monkeypatch):
     traces that counts its ranks (``storage.runs.ranks_held``): one ``SELECT DISTINCT ... FROM traces``
     in the settle step before matching (hand count: 1; before, 2: the ranks', then ``SELECT DISTINCT
     source FROM traces``)."""
-    from traceprof.ingest import ingest as ingest_mod
-
-    seen: list[str] = []
-
-    class Counting:
-        def __init__(self, con):
-            self._con = con
-
-        def execute(self, sql, *args):
-            seen.append(" ".join(sql.split()))
-            return self._con.execute(sql, *args)
-
-        def __getattr__(self, name):
-            return getattr(self._con, name)
-
-    def settle(store, run_id, align):
-        con, store.con = store.con, Counting(store.con)
-        try:
-            return real_settle(store, run_id, align)
-        finally:
-            store.con = con
-
-    real_settle = ingest_mod._settle_run
-    monkeypatch.setattr(ingest_mod, "_settle_run", settle)
-    code, _, err = run("ingest", str(_rank0_of_two(tmp_path)), "--db", str(tmp_path / "s.duckdb"))
-    assert code == 0, err
-    assert "run 'job': 1 of 2 ranks traced" in err
+    seen = _settle_statements(tmp_path, monkeypatch)
     reads = [s for s in seen if s.startswith("SELECT DISTINCT") and "traces WHERE run_id = ?" in s]
     assert len(reads) == 1, reads
 

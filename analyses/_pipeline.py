@@ -545,18 +545,13 @@ def _timeline(per: pl.DataFrame, act: pl.DataFrame, comm: pl.DataFrame) -> pl.Da
     pick = lens.row((lens.height - 1) // 2, named=True)
     ws, we = int(pick["ws"]), int(pick["ws"]) + int(pick["window_ns"])
     ranks = first.filter(pl.col("step") == pick["step"]).select("rank", "stage")
-    a = (
-        act.with_columns(pl.col("rank").cast(pl.Int64))
-        .join(ranks, on="rank")
-        .with_columns(pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi"))
-    )
-    a = clip(a, "_lo", "_hi")
-    c = (
-        comm.with_columns(pl.col("rank").cast(pl.Int64))
-        .join(ranks, on="rank")
-        .with_columns(pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi"))
-    )
-    c = clip(c, "_lo", "_hi")
+
+    def in_window(df: pl.DataFrame) -> pl.DataFrame:
+        """``df``'s rows of the picked step's ranks, with their stage, clipped to [ws, we]."""
+        df = df.with_columns(pl.col("rank").cast(pl.Int64)).join(ranks, on="rank")
+        return clip(df.with_columns(pl.lit(ws).alias("_lo"), pl.lit(we).alias("_hi")), "_lo", "_hi")
+
+    a, c = in_window(act), in_window(comm)
     comp = a.filter(pl.col("class") == "compute").select("rank", "start_ns", "end_ns")
     parts = [comp.with_columns(pl.lit("compute").alias("state"))]
     for state, sel in (("p2p", pl.col("p2p")), ("communication", ~pl.col("p2p"))):

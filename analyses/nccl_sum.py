@@ -59,9 +59,17 @@ from traceprof.engine.peaks import rank_devices
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
+#: The run's collectives, each with ``copy_of`` (``COLLECTIVE_COPIES_SQL``): computed once per call
+#: into a temporary table of the store's connection (each thread's connection has its own), which
+#: :data:`_TIMED`, :data:`_COUNTS` and :data:`_COPIES` read; dropped when the call ends.
+_CALLS = "_nccl_sum_calls"
+_CALLS_SQL = f"""
+CREATE OR REPLACE TEMP TABLE {_CALLS} AS
+SELECT rank, op, source, bytes_in, start_ns, end_ns, copy_of FROM ({COLLECTIVE_COPIES_SQL}) WHERE run_id = ?
+"""
 _TIMED = (
-    f"SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM ({COLLECTIVE_COPIES_SQL}) "
-    "WHERE run_id = $run AND start_ns IS NOT NULL AND end_ns IS NOT NULL AND copy_of IS NULL"
+    f"SELECT rank, op AS name, end_ns - start_ns AS dur_ns FROM {_CALLS} "
+    "WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL AND copy_of IS NULL"
 )
 #: NCCL Inspector records written without kernel times (not verbose: no ``event_trace_ts``) still
 #: report their duration, ``coll_exec_time_us``, kept in their event's args: rows of :data:`_TIMED`.
@@ -91,12 +99,12 @@ _COUNTS = f"""
 SELECT op AS name, count(*) FILTER (copy_of IS NULL)::BIGINT AS instances_total,
        sum(bytes_in) FILTER (copy_of IS NULL)::BIGINT AS bytes_in,
        string_agg(DISTINCT source, ',' ORDER BY source) AS sources
-FROM ({COLLECTIVE_COPIES_SQL}) WHERE run_id = ? GROUP BY op
+FROM {_CALLS} GROUP BY op
 """
 #: The rows left out as another source's record of the same call, per (copy's source, source kept).
 _COPIES = f"""
-SELECT source, copy_of, count(*) AS n FROM ({COLLECTIVE_COPIES_SQL})
-WHERE run_id = ? AND copy_of IS NOT NULL GROUP BY ALL ORDER BY ALL
+SELECT source, copy_of, count(*) AS n FROM {_CALLS}
+WHERE copy_of IS NOT NULL GROUP BY ALL ORDER BY ALL
 """
 _SPLIT = """
 SELECT {keys}op AS name, sum(span_ns)::BIGINT AS span_ns,
@@ -247,16 +255,21 @@ def run(store: Store, params: Params) -> Result:
         UsageError: A bad ``link_gbps`` or ``network``.
     """
     run_id = store.resolve_run(params.run)
-    counts = store.sql(_COUNTS, [run_id])
-    untimed = int(store.sql(_UNTIMED_INSPECTOR, [run_id]).item())
-    timed, ranks = summarize(store, run_id, _TIMED + (_EXEC_TIMED if untimed else ""))
+    store.sql(_CALLS_SQL, [run_id])
+    try:
+        counts = store.sql(_COUNTS)
+        untimed = int(store.sql(_UNTIMED_INSPECTOR, [run_id]).item())
+        timed, ranks = summarize(store, run_id, _TIMED + (_EXEC_TIMED if untimed else ""))
+        copies = store.sql(_COPIES)
+    finally:
+        store.sql(f"DROP TABLE IF EXISTS {_CALLS}")
     kernels = summarize_run(store, run_id, _KERNELS)  # its per-rank frame is not shown
     if counts.is_empty() and kernels.is_empty():
         raise AnalysisError(f"{run_label(store, run_id)}: no collectives and no communication kernels")
     notes = [
         f"{n} {src} rows record the same calls as {kept} rows (same rank, op and process group sequence "
         f"number, or size and time): counted once, as {kept}'s"
-        for src, kept, n in store.sql(_COPIES, [run_id]).iter_rows()
+        for src, kept, n in copies.iter_rows()
     ]
     notes += (
         [

@@ -216,8 +216,9 @@ def _positions(store: Store, run_id: int, source: str | None, w: pl.DataFrame) -
     return w.join(pos, on=["rank", "instance_id"], how="left")
 
 
-def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
-    """The pace (ns, at least 1) and what it is: the median time between a rank's consecutive
+def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int | None, str]:
+    """The pace (ns, at least 1; None when unknown: no rank spaces two collectives, and no steps)
+    and what it is: the median time between a rank's consecutive
     arrivals within a step and communicator (process group: two communicators whose collectives
     start together space nothing, the pace of each is its own); with one collective per step (no
     such pair, or in most of a rank's steps: a barrier in one step of eight spaces nothing else)
@@ -257,7 +258,7 @@ def _pace_ns(w: pl.DataFrame, step_med: int | None) -> tuple[int, str]:
         return max(int(across[(across.len() - 1) // 2]), 1), (
             "median spacing of a rank's collectives across communicators: one collective per communicator"
         )
-    return 1, "unknown"
+    return None, "unknown"
 
 
 def _robust_z(x: pl.Expr) -> pl.Expr:
@@ -580,11 +581,9 @@ def run(store: Store, params: Params) -> Result:
         )
         .alias("p_value"),
         (pl.col("last_count") / pl.col("instances")).alias("last_arrival_share"),
-        (
-            100.0 * pl.col("median_lateness_ns") / pace
-            if pace_what != "unknown"
-            else pl.lit(None, pl.Float64)
-        ).alias("late_pct"),
+        (100.0 * pl.col("median_lateness_ns") / pace if pace is not None else pl.lit(None, pl.Float64)).alias(
+            "late_pct"
+        ),
         (100.0 * pl.col("median_lateness_ns") / step_med if step_med else pl.lit(None, pl.Float64)).alias(
             "late_step_pct"
         ),
@@ -678,7 +677,7 @@ def run(store: Store, params: Params) -> Result:
         "end_before_last_arrival",
     ).sort("instance_id", "rank")
     notes = [
-        f"source {source}: {inst.height} collectives matched across two or more ranks; pace {pace / 1e6:.2f} ms "
+        f"source {source}: {inst.height} collectives matched across two or more ranks; pace {(pace or 0) / 1e6:.2f} ms "
         f"({pace_what})"
         + (f", median step {step_med / 1e6:.1f} ms" if step_med else "")
         + f"; time covered {covered / 1e6:.1f} ms; cost_pct: {cost_what}"
@@ -842,12 +841,12 @@ def _holdup(w: pl.DataFrame) -> pl.DataFrame:
     return union_ns(iv, ["rank"], "holdup_ns").with_columns(pl.col("holdup_ns").cast(pl.Int64))
 
 
-def _covered_ns(w: pl.DataFrame, step_med: int | None, pace: int = 1) -> int:
+def _covered_ns(w: pl.DataFrame, step_med: int | None, pace: int | None = None) -> int:
     """Time the instances cover (ns): the run's median step time x the number of steps they lie in
     (a step made long by a left-out transient or one stall does not count at its length); without
     steps (or with instances outside them), the span from the first arrival to the last arrival or
     end, or a rank's instances in one communicator x the pace where that is longer: n collectives a
-    pace apart cover n paces, not the n - 1 between the first and the last (8 all-reduces 1000 us
+    pace apart cover n paces (``pace`` None, unknown: 1 ns), not the n - 1 between the first and the last (8 all-reduces 1000 us
     apart, 10 us late at each: 80 us of 8000 us, 1%, not of the 7110 us from the first arrival to
     the last end, 1.13%); communicators whose collectives run side by side cover the same time once
     (3 all-reduces and 3 all-gathers 10 ms apart, each pair together: 30 ms, not 60)."""
@@ -857,7 +856,7 @@ def _covered_ns(w: pl.DataFrame, step_med: int | None, pace: int = 1) -> int:
     last = max(int(w["arrival_ns"].max()), int(w["end_ns"].max() or 0))  # type: ignore[arg-type]
     span = last - int(w["arrival_ns"].min())  # type: ignore[arg-type]
     per_rank = int(w.group_by("rank", "pg").len()["len"].max() or 0)  # type: ignore[arg-type]
-    return max(span, per_rank * pace, 1)
+    return max(span, per_rank * (pace or 1), 1)  # pace unknown (None): 1 ns each, the span decides
 
 
 def per_rank_instance(items: pl.DataFrame) -> pl.DataFrame:

@@ -36,7 +36,6 @@ Source fields read: the entries' four integers; the coalesced form's times and s
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -237,10 +236,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             f"{p.name}: export_memory_timeline output does not name its device and the file name has "
             "no cuda:N: stored with device unknown (name it <...>_cuda<N>.raw.json.gz to say)"
         )
-    return ParsedTrace(
-        path=str(p),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        bytes=len(raw),
+    return ParsedTrace.of_bytes(
+        p,
+        raw,
         source=TraceSource.memory_timeline,
         format=f"memory-timeline-{form}",
         rank=_name_int(_RANK, p.name),

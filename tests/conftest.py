@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,48 @@ def hta_case(store, rel: str):
 
     ingest(store, [folder], run="r")
     return _load_hta(str(folder))
+
+
+#: The folders that ``traceprof/`` links in as ``traceprof.analyses`` / ``traceprof.collectors``. With
+#: the repository on ``sys.path`` they import under these top-level names too, as a second copy of
+#: every module (each analysis' Result registered twice: CI's result-cache tests failed after one
+#: such import). Tests import ``traceprof.analyses`` / ``traceprof.collectors``; ruff's TID251
+#: (pyproject.toml) refuses the import statements, :func:`second_copies` any other import.
+SECOND_COPIES = ("analyses", "collectors")
+
+
+def second_copies(modules: Iterable[str]) -> list[str]:
+    """The names in ``modules`` (e.g. ``sys.modules``) that are :data:`SECOND_COPIES` or inside one
+    (``analyses``, ``collectors.nsys.ranks``), sorted."""
+    return sorted(m for m in modules if m.split(".", 1)[0] in SECOND_COPIES)
+
+
+def _refuse_second_copies(where: str) -> str | None:
+    """What ``where`` did wrong when a second copy is in ``sys.modules`` (its modules are dropped, so
+    that the tests after it do not fail for it too), else None. A submodule's import imports its
+    package first, so two lookups tell (a test costs no walk over ``sys.modules``)."""
+    if not any(name in sys.modules for name in SECOND_COPIES):
+        return None
+    bad = second_copies(sys.modules)
+    for m in bad:
+        del sys.modules[m]
+    return (
+        f"{where} imported {', '.join(bad)}: a second copy of traceprof.{bad[0].split('.', 1)[0]} (each "
+        "module loaded twice: an analysis registers twice); import traceprof.analyses / traceprof.collectors instead"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A test module that imports a second copy when collected is a collection error, named."""
+    if report.passed and (why := _refuse_second_copies(report.nodeid)):
+        report.outcome = "failed"
+        report.longrepr = why
+
+
+@pytest.fixture(autouse=True)
+def _no_second_copies(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that imports a second copy while it runs fails, named."""
+    yield
+    if why := _refuse_second_copies(request.node.nodeid):
+        pytest.fail(why, pytrace=False)

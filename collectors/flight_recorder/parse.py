@@ -60,7 +60,6 @@ input_sizes, output_sizes, input_dtypes, output_dtypes, state, thread_id``.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from pathlib import Path
@@ -632,10 +631,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
     meta.update(facts, recorded_nothing=nothing, progress_by_pg_id=progress)
     for r in rows:  # member ranks identify a group: two groups can share one name (torchft replicas)
         r["pg_ranks"] = canonical_ranks(facts["groups"].get(r["pg"]))
-    return ParsedTrace(
-        path=str(p),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        bytes=len(raw),
+    return ParsedTrace.of_bytes(
+        p,
+        raw,
         source=TraceSource.flight_recorder,
         format=f"fr-{encoding}-{doc.get('version', '?')}",
         rank=rank,

@@ -55,7 +55,6 @@ event_trace_ts}``,
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -540,10 +539,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
         "communicators": {c: {"rank": r, "n_ranks": n, "records": k} for c, (r, n, k) in comms.items()},
         **({"repaired": dict(spelled) | copied} if spelled or copied else {}),
     }
-    return ParsedTrace(
-        path=str(p),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        bytes=len(raw),
+    return ParsedTrace.of_bytes(
+        p,
+        raw,
         source=TraceSource.nccl_inspector,
         format=f"nccl-inspector-{versions.most_common(1)[0][0]}",
         rank=rank,

@@ -66,7 +66,6 @@ Count, Datatype, Peer`` (``CE_COLL``: ``count, datatype``).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -375,10 +374,9 @@ def parse(path: str | Path, options: ParseOptions = DEFAULT_OPTIONS) -> ParsedTr
             "is unknown; stored at the other end with duration 0, flagged zero_ts (a collective's start "
             "or end NULL)"
         )
-    return ParsedTrace(
-        path=str(p),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        bytes=len(raw),
+    return ParsedTrace.of_bytes(
+        p,
+        raw,
         source=TraceSource.nccl_profiler,
         format="nccl-profiler-example",
         rank=rank,

@@ -603,6 +603,34 @@ def test_a_call_two_sources_recorded_counts_once(tmp_path):
         assert seqs == list(range(20, 32))
 
 
+def test_the_copies_are_computed_once_per_call(tmp_path, monkeypatch):
+    """nccl_sum computes ``COLLECTIVE_COPIES_SQL`` (window sorts per rank holding two sources) once
+    per call, into a temporary table its timed rows, counts and copy notes read; it ran it 4 times
+    (the counts, the copy notes, and the timed rows twice: per op and per (rank, op)). The table is
+    dropped after the call, and a second call gives the same figures (straggler_rank2, by hand in
+    :func:`test_a_call_two_sources_recorded_counts_once`: 116 all-reduces, 48 fr copies)."""
+    from traceprof.storage.store import Store
+
+    queries: list[str] = []
+    arrow = Store.arrow
+
+    def spy(self: Store, query: str, params: object = None) -> object:
+        queries.append(query)
+        return arrow(self, query, params)  # type: ignore[arg-type]
+
+    with Store(tmp_path / "s.duckdb") as s:
+        ingest(s, [SAMPLES / "straggler_rank2"])
+        monkeypatch.setattr(Store, "arrow", spy)
+        for _ in range(2):
+            queries.clear()
+            res = analyze(s, "nccl_sum", "straggler_rank2")
+            assert sum(COLLECTIVE_COPIES_SQL in q for q in queries) == 1
+            ar = res.frame.filter(res.frame["name"] == "all_reduce").row(0, named=True)
+            assert ar["instances_total"] == 116
+            assert any("48 fr rows record the same calls as gloo rows" in n for n in res.notes)
+            assert s.sql("SELECT count(*) FROM duckdb_tables() WHERE temporary").item() == 0
+
+
 def _copies(rows: list[tuple]) -> list[tuple]:
     """(source, pg, seq, enter_ns, copy_of) of each row of a bare ``collectives`` table holding ``rows``
     (run_id, rank, trace_id, source, pg, p2p, seq, op, bytes_in, nelems_in, enter_ns, start_ns, end_ns,

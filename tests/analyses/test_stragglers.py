@@ -589,3 +589,29 @@ def test_window_coverage_by_rank_equals_clipping_every_interval() -> None:
         want = [sum(max(0, min(e, x) - s) for s, e in mine) for x in t.tolist()]
         got = stragglers._coverage(*by.get(rank, (np.zeros(0, np.int64), np.zeros(0, np.int64))), t)
         assert got.tolist() == want
+
+
+def test_an_unknown_pace_is_none_and_late_pct_is_decided_from_it() -> None:
+    """``_pace_ns`` returns None for an unknown pace (stragglers decides ``late_pct`` from that, not
+    from its display text); it returned 1 ns. By hand, no steps: ranks 0 and 1 each hold one
+    collective in communicator "0" and one in "1" arriving at the same ns (rank 0 at 1000, rank 1
+    at 1040), so no communicator spaces two of a rank's collectives and the spacing across
+    communicators is 0 (not a pace): unknown. With rank 0's second collective 500 ns later the
+    spacing across communicators is 500 ns (rank 1's 0 is no spacing)."""
+    from traceprof.analyses.stragglers import _pace_ns
+
+    w = pl.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "step": [None] * 4,
+            "pg": ["0", "1", "0", "1"],
+            "arrival_ns": [1000, 1000, 1040, 1040],
+        },
+        schema_overrides={"step": pl.Int64},
+    )
+    assert _pace_ns(w, None) == (None, "unknown")
+    later = w.with_columns(pl.Series("arrival_ns", [1000, 1500, 1040, 1040]))
+    assert _pace_ns(later, None) == (
+        500,
+        "median spacing of a rank's collectives across communicators: one collective per communicator",
+    )

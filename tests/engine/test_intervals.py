@@ -271,3 +271,21 @@ def test_sorting_is_polars_stable_sort(seed: int) -> None:
         at = sorting([df["rank"], df["start"], df["end"]])
         got = df if at is None else df[at]
         assert got.equals(df.sort("rank", "start", "end", maintain_order=True, nulls_last=True))
+
+
+def test_sorted_by_nulls_last_is_the_check_sorting_makes() -> None:
+    """``sorted_by(..., nulls_last=True)`` is the one check :func:`sorting` makes (no loop of its
+    own). By hand: rank [0, 1, None] with start [1, 2, 3] is in order with nulls last (the null
+    row last), not with nulls first; [None, 0] the reverse; rank [0, 0] start [2, 1] in neither."""
+    from traceprof.engine.intervals import sorted_by
+
+    tail = pl.DataFrame({"rank": [0, 1, None], "start": [1, 2, 3]})
+    head = pl.DataFrame({"rank": [None, 0], "start": [5, 1]})
+    down = pl.DataFrame({"rank": [0, 0], "start": [2, 1]})
+    assert sorted_by(tail, ["rank", "start"], nulls_last=True) and not sorted_by(tail, ["rank", "start"])
+    assert sorted_by(head, ["rank", "start"]) and not sorted_by(head, ["rank", "start"], nulls_last=True)
+    assert not sorted_by(down, ["rank", "start"]) and not sorted_by(down, ["rank", "start"], nulls_last=True)
+    # sorting agrees: None for rows in order (nulls last), positions otherwise
+    assert sorting([tail["rank"], tail["start"]]) is None
+    at = sorting([head["rank"], head["start"]])
+    assert at is not None and at.to_list() == [1, 0]

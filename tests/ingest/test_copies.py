@@ -14,7 +14,7 @@ import pytest
 from tests.builders import micro_trace
 from tests.conftest import SAMPLES, corpus
 from traceprof.core.errors import TraceFormatError
-from traceprof.core.parsed import DEFAULT_OPTIONS
+from traceprof.core.parsed import DEFAULT_OPTIONS, ParsedTrace
 from traceprof.ingest import sketch
 from traceprof.ingest.ingest import _parse_one, ingest
 
@@ -252,6 +252,23 @@ def test_no_two_ranks_of_a_real_run_share_sampled_events(folder):
         assert [sketch.shared(a, b)[0] for i, a in enumerate(sketches) for b in sketches[:i]] == [0] * (
             len(sketches) * (len(sketches) - 1) // 2
         )
+
+
+def test_rule_3_names_the_pid_as_process_id_reads_it() -> None:
+    """Rule 3's error names each file's process through ``traceprof.storage.identity.process_id``
+    (the one reading of the pid): a trace whose pid is unstated (Kineto: no ProfilerStep and no
+    cpu_op to take it from) reads ``pid unknown``; it read ``pid `` (an empty word), its own
+    ``str(pid or "")``. Pids "101" / "0" are named as they are."""
+    from types import SimpleNamespace
+
+    from traceprof.ingest.copies import _where
+
+    def pt(host: str, pid: object) -> ParsedTrace:
+        return SimpleNamespace(trace={"host": host, "pid": pid})  # type: ignore[return-value]
+
+    assert _where(pt("vm", None), pt("vm", None)) == "host 'vm', pid unknown both"
+    assert _where(pt("vm", "101"), pt("vm2", "")) == "host 'vm', pid 101; host 'vm2', pid unknown"
+    assert _where(pt("vm", "0"), pt("vm", "0")) == "host 'vm', pid 0 both"
 
 
 def test_two_ranks_of_one_host_and_pid_at_one_time_are_warned(store, tmp_path):

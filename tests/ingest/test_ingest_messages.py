@@ -217,7 +217,7 @@ def test_a_world_size_below_one_is_ignored_with_a_warning(tmp_path):
     # distributedInfo.world_size -3 was stored (traces.world_size = -3) without a word; now ignored
     # as a rank that is not an integer is: warned, counted in the issues, NULL. The sidecar's too,
     # and 0; a run's world size then comes from its ranks. nsys: WORLD_SIZE=0 in the environment.
-    from collectors.nsys.ranks import Env, world_size
+    from traceprof.collectors.nsys.ranks import Env, world_size
     from traceprof.ingest.ingest import ingest
     from traceprof.storage.store import Store
 

@@ -42,10 +42,9 @@ def test_a_kineto_run_runs_no_settle_hook_of_another_source(tmp_path, monkeypatc
     assert called == []
 
 
-def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
-    """The untraced-ranks note and the profiler-gap note share one read of the run's world size and
-    traces: one ``SELECT world_size FROM runs`` in the settle step (hand count: one run -> 1; before,
-    3: once for the untraced ranks and twice for the profiler gap, all sources then profilers only)."""
+def _settle_statements(tmp_path, monkeypatch) -> list[str]:
+    """The statements (white space folded) the settle step runs when ingest stores rank 0 of a
+    world of 2 (its note on the untraced rank checked)."""
     from traceprof.ingest import ingest as ingest_mod
 
     seen: list[str] = []
@@ -73,4 +72,51 @@ def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
     code, _, err = run("ingest", str(_rank0_of_two(tmp_path)), "--db", str(tmp_path / "s.duckdb"))
     assert code == 0, err
     assert "run 'job': 1 of 2 ranks traced" in err
+    return seen
+
+
+def test_a_runs_traced_ranks_are_read_once(tmp_path, monkeypatch):
+    """The untraced-ranks note and the profiler-gap note share one read of the run's world size and
+    traces: one ``SELECT world_size FROM runs`` in the settle step (hand count: one run -> 1; before,
+    3: once for the untraced ranks and twice for the profiler gap, all sources then profilers only)."""
+    seen = _settle_statements(tmp_path, monkeypatch)
     assert sum(s.startswith("SELECT world_size FROM runs") for s in seen) == 1
+
+
+def test_the_runs_sources_are_read_with_its_ranks(tmp_path, monkeypatch):
+    """The settle hooks' choice (which sources the run holds) comes from the one read of the run's
+    traces that counts its ranks (``storage.runs.ranks_held``): one ``SELECT DISTINCT ... FROM traces``
+    in the settle step before matching (hand count: 1; before, 2: the ranks', then ``SELECT DISTINCT
+    source FROM traces``)."""
+    seen = _settle_statements(tmp_path, monkeypatch)
+    reads = [s for s in seen if s.startswith("SELECT DISTINCT") and "traces WHERE run_id = ?" in s]
+    assert len(reads) == 1, reads
+
+
+def test_ingest_stats_each_file_once(tmp_path, monkeypatch):
+    """``ingest`` stats each file once (its size: the stored-size check, this ingest's copies, whether
+    to parse in workers); it statted each new file three times (``f.stat()`` twice in ``ingest``, once
+    more in ``_parse_all`` for the size that decides the workers). Hand count: 2 files -> 2 calls of
+    ``Path.stat`` from ``traceprof/ingest/ingest.py`` itself (``is_file`` etc. in discovery call it
+    from pathlib, not counted)."""
+    import sys
+    from pathlib import Path
+
+    from traceprof.ingest import ingest as ingest_mod
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r in (0, 1):
+        (folder / f"rank{r}.json").write_text(json.dumps(micro_trace(["aten::mm"], rank=r, world=2)))
+    calls: list[str] = []
+    real = Path.stat
+
+    def stat(self, *a, **k):
+        if sys._getframe(1).f_code.co_filename == ingest_mod.__file__:
+            calls.append(self.name)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    code, _, err = run("ingest", str(folder), "--db", str(tmp_path / "s.duckdb"))
+    assert code == 0, err
+    assert sorted(calls) == ["rank0.json", "rank1.json"]

@@ -12,7 +12,10 @@ name (``traceprof.core.schema``) minus ``run_id`` and ``trace_id``.
 
 from __future__ import annotations
 
+import builtins
 import functools
+import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -171,6 +174,16 @@ class ParsedTrace:
                     f"the trace's {k} ({shown(v, 40)})",
                     f"{problem}: the file is damaged or was not written by a profiler",
                 )
+
+    @classmethod
+    def of_bytes(cls, path: str | os.PathLike[str], raw: builtins.bytes, **fields: Any) -> ParsedTrace:
+        """The trace of file ``path`` whose whole content is ``raw`` (read in one piece): ``path``
+        as text, ``sha256`` of ``raw`` (hex) and ``bytes`` its length, with the other ``fields``.
+
+        Raises:
+            TraceFormatError: As the constructor.
+        """
+        return cls(path=str(path), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw), **fields)
 
     @property
     def events_kept(self) -> int:

@@ -487,48 +487,42 @@ def sorting(keys: list[pl.Series]) -> pl.Series | None:
     """The row positions (UInt32/Int64 Series) that sort rows by the columns ``keys`` (each of the
     rows' length; ascending, lexicographic, nulls last, rows that tie on every key in the order
     given), or None when the rows are in that order already (or there are fewer than two, or no
-    keys): one pass to check, then a stable sort, which on rows nearly in order costs little
-    more than the pass (numpy's timsort, key by key from the last; polars' where a key holds
-    nulls). Rows read from the store come nearly sorted (stored order): a full sort on read
+    keys): one pass to check (:func:`sorted_by`), then a stable sort, which on rows nearly in order
+    costs little more than the pass (numpy's timsort, key by key from the last; polars' where a key
+    holds nulls). Rows read from the store come nearly sorted (stored order): a full sort on read
     (DuckDB's ORDER BY, a polars sort) pays for disorder that is mostly not there."""
     import numpy as np
 
-    n = len(keys[0]) if keys else 0
-    if n < 2:
+    if not keys or len(keys[0]) < 2:
+        return None
+    df = pl.DataFrame([k.alias(f"_k{i}") for i, k in enumerate(keys)])  # names of their own: no clash
+    if sorted_by(df, df.columns, nulls_last=True):
         return None
     if any(k.null_count() for k in keys):
-        df = pl.DataFrame(keys)
-        at = df.select(pl.arg_sort_by(df.columns, nulls_last=True, maintain_order=True)).to_series()
-        return None if bool((at.diff().drop_nulls() == 1).all()) else at
-    arrays = [k.to_numpy() for k in keys]
-    after = np.zeros(n - 1, bool)
-    tie = np.ones(n - 1, bool)
-    for a in arrays:
-        after |= tie & (a[1:] > a[:-1])
-        tie &= a[1:] == a[:-1]
-    if (after | tie).all():
-        return None
-    return pl.Series(np.lexsort(arrays[::-1]))
+        return df.select(pl.arg_sort_by(df.columns, nulls_last=True, maintain_order=True)).to_series()
+    return pl.Series(np.lexsort([k.to_numpy() for k in reversed(keys)]))
 
 
-def sorted_by(df: pl.DataFrame, keys: list[str]) -> bool:
-    """Whether ``df`` is sorted by ``keys`` (ascending, lexicographic, nulls first): one linear
-    pass, so that a frame sorted once (``traceprof.engine.activity`` is sorted by rank and start) is not
-    sorted again."""
+def sorted_by(df: pl.DataFrame, keys: list[str], nulls_last: bool = False) -> bool:
+    """Whether ``df`` is sorted by ``keys`` (ascending, lexicographic, nulls first unless
+    ``nulls_last``): one linear pass, so that a frame sorted once (``traceprof.engine.activity`` is
+    sorted by rank and start) is not sorted again."""
     if df.height < 2:
         return True
-    after, tie = _after(keys)
+    after, tie = _after(keys, nulls_last)
     return bool(df.select((after | tie).slice(1).all()).item())
 
 
-def _after(keys: list[str]) -> tuple[pl.Expr, pl.Expr]:
+def _after(keys: list[str], nulls_last: bool = False) -> tuple[pl.Expr, pl.Expr]:
     """Per row: whether it comes after the row before it by ``keys`` (ascending, lexicographic,
-    nulls first), and whether it ties with it on every key (false and true on the first row)."""
+    nulls first unless ``nulls_last``), and whether it ties with it on every key (false and true on
+    the first row)."""
     after: pl.Expr = pl.lit(False)
     tie: pl.Expr = pl.lit(True)
     for k in keys:
         c, p = pl.col(k), pl.col(k).shift(1)
-        gt = (c > p).fill_null(False) | (p.is_null() & c.is_not_null())  # nulls sort first
+        null_after = (c.is_null() & p.is_not_null()) if nulls_last else (p.is_null() & c.is_not_null())
+        gt = (c > p).fill_null(False) | null_after
         eq = (c == p).fill_null(False) | (p.is_null() & c.is_null())
         after, tie = after | (tie & gt), tie & eq
     return after, tie

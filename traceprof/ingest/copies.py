@@ -225,7 +225,8 @@ def _refuse(name: str, field: str, other: ParsedTrace, pt: ParsedTrace, what: st
 
 def _where(a: ParsedTrace, b: ParsedTrace) -> str:
     """The process of two files in rule 3's error: ``host 'vm', pid 101 both``, or each file's when
-    the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``)."""
+    the copy's host or pid was edited too (``host 'vm', pid 101; host 'vm2', pid 101``). The pid as
+    :func:`~traceprof.storage.identity.process_id` reads it, ``pid unknown`` when unstated."""
     one, two = ((str(pt.trace.get("host") or ""), process_id(pt) or "unknown") for pt in (a, b))
     if one == two:
         return f"host {one[0]!r}, pid {one[1]} both"

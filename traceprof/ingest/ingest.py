@@ -24,6 +24,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -513,6 +514,7 @@ def ingest(
     # Only a file of a stored size can be stored already: hash just those here (a second read);
     # the parser hashes every file as it reads it (``traces.sha256``).
     sizes = store.stored_sizes()
+    stats: dict[Path, os.stat_result] = {}  # each file statted once, here
     earlier = copies.Earlier(_sha256)  # this ingest's runs so far: copies of their files, as of stored ones
     for group, files in groups.items():
         # a whole-run file, or a file named alone: its run is named after it (traceprof.ingest.naming)
@@ -526,7 +528,8 @@ def ingest(
         elsewhere: dict[Path, str] = {}
         copied: dict[Path, str] = {}  # a copy (another path) of a file stored in another run -> that run
         for f in files:
-            size = f.stat().st_size
+            stats[f] = f.stat()
+            size = stats[f].st_size
             sha = _sha256(f) if size in sizes else None
             held = copies.stored_copies(store, sha) if sha is not None else []
             found = store.find_sha(sha, str(f), name) if sha is not None and held else None
@@ -563,7 +566,7 @@ def ingest(
             )
         todo += [(part, f) for f in files if f in new]
         for f in new:
-            earlier.add(name, f, f.stat().st_size)
+            earlier.add(name, f, stats[f].st_size)
     fileio.check_inflate_ratio(max_inflate_ratio)
     comm_kernels = classify.Classifier(comm_kernels).extra  # a bad pattern fails here, before parsing
     if comm_kernels and result.skipped:
@@ -583,7 +586,15 @@ def ingest(
                 spool = layout.spool_dir(store.path)
             except OSError:  # the store's folder is not writable: the events come back in memory
                 spool = None
-        parsed = _parse_all(tasks, jobs, progress, store, scheduler if executor == "dask" else None, spool)
+        parsed = _parse_all(
+            tasks,
+            jobs,
+            progress,
+            store,
+            scheduler if executor == "dask" else None,
+            spool,
+            sum(stats[f].st_size for _, f in todo if stat.S_ISREG(stats[f].st_mode)),
+        )
         not_traces: list[Path] = []
         why: dict[Path, NotATraceError] = {}
         for (part, f), pts in zip(todo, parsed, strict=True):
@@ -783,7 +794,7 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
         Messages worth a warning (ranks of the job not traced, instances missing ranks, matching
         fallbacks). Ranks are counted over the whole run, with what earlier ingests stored.
     """
-    held = ranks_held(store, run_id)  # read once for both counts below
+    held = ranks_held(store, run_id)  # read once for both counts and the settle hooks below
     untraced, world = untraced_ranks(
         store, run_id, held=held
     )  # ranks a collapsed NDTimeline worker stands for count
@@ -793,16 +804,10 @@ def _settle_run(store: Store, run_id: int, align: bool) -> list[str]:
         notes.append(gap)
     # a source's settle reads the run's traces (and their rows) of that source alone: none, nothing to do
     # (a Kineto run: 4 statements of Flight Recorder's and the NCCL plugin's hooks less)
-    held_sources = {
-        s
-        for (s,) in store.con.execute(
-            "SELECT DISTINCT source FROM traces WHERE run_id = ?", [run_id]
-        ).fetchall()
-    }
     notes += [
         n
         for c in sources.collectors()
-        if c.settle is not None and c.name in held_sources
+        if c.settle is not None and c.name in held.sources
         for n in c.settle(store, run_id)
     ]
     summary = matching.match_run(store, run_id)
@@ -828,10 +833,12 @@ def _parse_all(
     store: Store,
     scheduler: str | None = None,
     spool: Path | None = None,
+    size: int = 0,
 ) -> list[list[ParsedTrace] | TraceprofError]:
     """Parse every task's file: locally (``jobs`` processes) or on the Dask cluster at ``scheduler``;
     in a Parquet-layout store the events go to its staging folder, else, when ``spool`` is given, to
-    Arrow IPC files there (:func:`_park_one`)."""
+    Arrow IPC files there (:func:`_park_one`). ``size``: the regular files' bytes, summed (as the
+    caller statted them), which decide ``jobs`` when it is None."""
     n = len(tasks)
 
     def done(i: int) -> None:
@@ -845,7 +852,6 @@ def _parse_all(
 
             return map_on_dask(_park_one, staged, scheduler, done)
     if jobs is None:  # parallel only when there is enough to parse to pay for starting workers
-        size = sum(t[0].stat().st_size for t in tasks if t[0].is_file())
         jobs = 1 if size < _PARALLEL_BYTES else os.cpu_count() or 1
     if min(jobs, n) > 1:  # workers are forked: not while DuckDB creates the store in a thread
         store.ready()

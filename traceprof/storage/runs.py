@@ -157,33 +157,36 @@ def rename(store: Store, old: str, new: str) -> int:
 
 
 class Held(NamedTuple):
-    """What :func:`ranks_held` read of a run: its world size (``runs.world_size``; None: unknown) and
-    the (rank, source, ranks it stands for) of its traces with a rank (none read when the world size
-    is unknown)."""
+    """What :func:`ranks_held` read of a run: its world size (``runs.world_size``; None: unknown),
+    the (rank, source, ranks it stands for) of its traces with a rank (none kept when the world size
+    is unknown) and the sources of all its traces (``traces.source``, with a rank or not)."""
 
     world: int | None
     traces: list[tuple[int, str, int]]
+    sources: frozenset[str] = frozenset()
 
 
 def ranks_held(store: Store, run_id: int) -> Held:
-    """The run's world size and its traces' ranks (:class:`Held`), two statements, for
-    :func:`untraced_ranks` and :func:`profiler_gap_text` to share (an ingest asks both).
+    """The run's world size, its traces' ranks and sources (:class:`Held`), two statements, for
+    :func:`untraced_ranks` and :func:`profiler_gap_text` to share (an ingest asks both, and the
+    sources for its settle hooks).
 
     Source fields read: ``runs.world_size``; ``traces.rank``, ``source``, ``meta`` (``stands_for``).
     """
     # plain DuckDB rows, not polars: ingest asks this too, and an ingest does not import polars
     world = store.con.execute("SELECT world_size FROM runs WHERE run_id = ?", [run_id]).fetchall()
     size = world[0][0] if world else None
-    if size is None:
-        return Held(None, [])
     # the store's own traces even where a per-rank task shadows them with its rank's rows
     # (traceprof.engine.rankwise.restrict): which ranks the job lacks is a fact of the whole run
     held = store.con.execute(
         f"""SELECT DISTINCT rank, source, {_STANDS_FOR} AS n
-            FROM {store.own_table("traces")} WHERE run_id = ? AND rank IS NOT NULL""",
+            FROM {store.own_table("traces")} WHERE run_id = ?""",
         [run_id],
     ).fetchall()
-    return Held(int(size), [(int(r), str(s), int(n)) for r, s, n in held])
+    sources = frozenset(str(s) for _, s, _ in held)
+    if size is None:
+        return Held(None, [], sources)
+    return Held(int(size), [(int(r), str(s), int(n)) for r, s, n in held if r is not None], sources)
 
 
 def untraced_ranks(
@@ -204,7 +207,7 @@ def untraced_ranks(
 
     Linear in the run's traces; the ranks listed are at most the world size.
     """
-    size, rows = held if held is not None else ranks_held(store, run_id)
+    size, rows, _ = held if held is not None else ranks_held(store, run_id)
     if size is None:
         return (), None
     if sources is not None and any(source in sources for _, source, _ in rows):

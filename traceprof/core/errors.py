@@ -7,6 +7,7 @@ else that escapes is a bug and keeps its traceback.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
 
 __all__ = [
     "TraceprofError",
@@ -49,12 +50,39 @@ class TraceFormatError(TraceprofError):
             where, reason = _cut(_one_line(where), WHERE_CHARS), _cut(_one_line(reason), REASON_CHARS)
         self.where = where
         self.reason = reason
-        loc = "".join(f"{part}: " for part in (self.path, where) if part)
-        super().__init__(loc + reason)
+        super().__init__(self._message())
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
-        # Parsers run in worker processes; the error must survive the trip back.
-        return (type(self), (self.path, self.where, self.reason))
+    def _message(self) -> str:
+        loc = "".join(f"{part}: " for part in (self.path, self.where) if part)
+        return loc + self.reason
+
+    def with_reason(self, more: str) -> TraceFormatError:
+        """A copy of this error, of its class and attributes, whose reason ends with ``more``.
+
+        A subclass may take other constructor arguments than ``(path, where, reason)`` (e.g. the
+        Kineto collector's ``NonFiniteNumber(path, offset, token)``): the copy is made without
+        calling the constructor, so it works for every subclass.
+        """
+        copy = _restore(type(self), self.args, dict(self.__dict__))
+        copy.reason = self.reason + more
+        copy.args = (copy._message(),)
+        return copy
+
+    def __reduce__(self) -> tuple[Any, tuple[type[TraceFormatError], tuple[Any, ...], dict[str, Any]]]:
+        # Parsers run in worker processes; the error must survive the trip back. Its attributes are
+        # restored without calling the constructor, whose arguments differ in subclasses.
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _restore(cls: type[_E], args: tuple[Any, ...], state: dict[str, Any]) -> _E:
+    """An exception of class ``cls`` with ``args`` and attributes ``state``, its ``__init__`` not called."""
+    e = cls.__new__(cls)
+    e.args = args
+    e.__dict__.update(state)
+    return e
 
 
 #: The longest ``where`` and ``reason`` of an error about one file (characters): a record named by

@@ -697,9 +697,7 @@ def _refuse(failed: dict[str, str], errors: list[TraceprofError], files: int) ->
     first = next(e for e in errors if str(e) in failed.values())
     if len(failed) == 1:
         if files > 1 and isinstance(first, TraceFormatError):
-            raise type(first)(
-                first.path, first.where, first.reason + "; nothing stored (--partial stores the other files)"
-            )
+            raise first.with_reason("; nothing stored (--partial stores the other files)")
         raise first
     lines = "".join(f"\n  {msg}" for msg in failed.values())
     # about every file (each line below names its own): no one path heads the message

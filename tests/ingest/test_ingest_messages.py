@@ -316,3 +316,25 @@ def test_rank_or_world_size_written_as_text_is_one_rule(tmp_path, key, value, st
         column = "world_size" if table == "runs" else "rank"
         assert store.sql(f"SELECT {column} FROM {table}").item() == want
         assert store.runs()["issues"].to_list() == [f"1 repaired: distributedInfo.{key} {said}"]
+
+
+def test_non_trace_files_in_a_folder_are_named_in_one_warning(tmp_path):
+    """t16 h/mixed and h/fifo: a README.md, a blob.bin, a notes.txt and a FIFO beside a trace were
+    skipped without a word. Hand value: 4 skipped, the first three named in path order (README.md,
+    blob.bin, notes.txt: sorted, upper case first), then "and 1 more"; the trace is stored."""
+    import os
+
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "rank0.json").write_text(json.dumps(micro_trace(["aten::mm"])))
+    (d / "README.md").write_text("run notes")
+    (d / "blob.bin").write_bytes(bytes(range(256)))
+    (d / "notes.txt").write_text("lr 0.1")
+    os.mkfifo(d / "z.json")  # never opened (opening it would block)
+    code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
+    said = [ln for ln in err.splitlines() if "no collector reads" in ln]
+    assert code == 0 and said == [
+        f"warning: skipped 4 file(s) that no collector reads (not traces): {d}/README.md, {d}/blob.bin, "
+        f"{d}/notes.txt and 1 more"
+    ], err
+    assert _runs(tmp_path / "s.duckdb") == ["job"]

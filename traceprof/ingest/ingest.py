@@ -138,8 +138,9 @@ def discover(
 
     Args:
         paths: Files and directories (searched recursively).
-        unclaimed: If given, receives the JSON files found in directories that no collector reads
-            (and whose format is not recognized either).
+        unclaimed: If given, receives the files found in directories that no collector reads (and
+            whose format is not recognized either; not a claimed trace's companion), and the
+            entries that are not regular files (``"run/rank1.json (a FIFO)"``), never opened.
         scanned: If given, receives the files found by scanning a directory (not named by the user).
         unread: If given, receives file -> ``"<format> ..., which traceprof does not read: <what to
             do>"`` for each file found in a directory beside traces whose format is recognized and
@@ -265,22 +266,24 @@ def _found(
             named.add(p.resolve())
         return [p]
     passed: list[str] = []  # this folder's loops and dangling links, named if nothing else is found
-    found = files_under(p, passed)
+    special: list[Path] = []  # FIFOs, sockets, devices: never opened
+    found = files_under(p, passed, special)
     if said is not None:
         said += passed
-    files = [f for f in found if _claim(f)]
-    claimed = set(files)
-    rest = [f for f in found if f not in claimed]
+    claims = {f: c for f in found if (c := _claim(f)) is not None}
+    files = list(claims)
+    # a claimed trace's companions (rank0.meta.json, an export's .nsys-rep) are read with it
+    sides = {s for f, c in claims.items() if c.companions is not None for s in c.companions(f)}
+    rest = [f for f in found if f not in claims]
     # a damaged .sqlite is named as when the file itself is (not an SQLite database), not passed over
     known = {f: k for f in rest if (k := sources.recognize(f) or _misnamed(f))}
     if scanned is not None:
         scanned.update(f.resolve() for f in files)
-    if unclaimed is not None:
+    if unclaimed is not None and files:  # a folder of no trace: its error names them
         unclaimed += [
-            str(f)
-            for f in rest
-            if f not in known and f.name.endswith(".json") and not f.name.endswith(".meta.json")
+            str(f) for f in rest if f not in known and f not in sides and not f.name.endswith(".meta.json")
         ]
+        unclaimed += [f"{f} ({special_kind(f)})" for f in special]
     if files and unread is not None:
         unread.update(known)
     if not files and known:
@@ -291,7 +294,9 @@ def _found(
     return files
 
 
-def files_under(folder: Path, notes: list[str] | None = None) -> list[Path]:
+def files_under(
+    folder: Path, notes: list[str] | None = None, special: list[Path] | None = None
+) -> list[Path]:
     """The files under ``folder``, at any depth, sorted, each as found (not resolved): a symlinked
     folder is followed (``pathlib``'s ``rglob`` left it out, so a run folder linked into a folder
     was "no trace files found"), except one that leads back to a folder already walked or to one
@@ -302,7 +307,8 @@ def files_under(folder: Path, notes: list[str] | None = None) -> list[Path]:
     ``notes``, if given, receives a line for each folder passed over as one walked already
     (``links/runC: the same files as links/runA, read once``) or as a loop, and for each link
     that leads nowhere or back to itself (``links/gone: a link to x, which does not exist;
-    skipped``): nothing found is left out without a word.
+    skipped``): nothing found is left out without a word. ``special``, if given, receives each
+    entry that is neither a regular file nor a folder (a FIFO, a socket, a device), never opened.
     """
     out: list[Path] = []
     root = os.path.realpath(folder)
@@ -327,6 +333,8 @@ def files_under(folder: Path, notes: list[str] | None = None) -> list[Path]:
                 out.append(f)
             elif bad := link_problem(f):
                 said.append(f"{f}: {bad}; skipped")
+            elif special is not None and special_kind(f):
+                special.append(f)
     if notes is not None:
         notes += sorted(said)
     return sorted(out)
@@ -505,10 +513,6 @@ def ingest(
         paths, unclaimed, scanned, unread, named, documents, result.failed if partial else None, origins
     )
     result.warnings += documents
-    if unclaimed:
-        result.warnings.append(
-            f"{len(unclaimed)} JSON file(s) not read (no collector claims them), e.g. {unclaimed[0]}"
-        )
     result.warnings += [f"not read: {f}: {k}" for f, k in unread.items()]
     todo: list[tuple[Part, Path]] = []
     # Only a file of a stored size can be stored already: hash just those here (a second read);
@@ -637,6 +641,12 @@ def ingest(
             if not partial:
                 _refuse_folders(messages)
             result.failed.update(messages)
+        unclaimed = [u for u in unclaimed if not any(Path(u).is_relative_to(p) for p in empty)]  # named there
+        if unclaimed:  # one line, however many: a config, a README.md, a blob.bin, a FIFO
+            result.warnings.append(
+                f"skipped {len(unclaimed)} file(s) that no collector reads (not traces): "
+                + first_few(unclaimed, more=COUNTED)
+            )
         if result.failed and not partial:
             _refuse(result.failed, [e for e in parsed if isinstance(e, TraceprofError)], len(todo))
         if not by_run and not result.failed and not result.skipped:

@@ -1036,7 +1036,8 @@ def run(store: Store, params: Params) -> Result:
     # outside a report nothing else reads these columns: held here alone (the cast below copies rank)
     release_activity(store, run_id, detail=True, columns=_ACT_COLUMNS)
     cpu_ranks: list[int] = []
-    if act.is_empty():
+    op_level = act.is_empty()
+    if op_level:
         act = op_activity(store, run_id)
         if act.is_empty():
             raise AnalysisError(
@@ -1100,7 +1101,7 @@ def run(store: Store, params: Params) -> Result:
         .sort("step", nulls_last=True)
     )
     blame = _blame(segs, total)
-    notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, dev_exposed)
+    notes += _notes(frame, segs, source, (n_inst, n_p2p), cpu_ranks, dev_exposed, op_level)
     notes += missing_step_notes(windows)
     notes += graph_level_notes(store, run_id)
     notes += [n for n in (excluded_note(store, run_id), unaligned_note(store, run_id)) if n]
@@ -1122,12 +1123,17 @@ def _notes(
     counts: tuple[int, int],
     cpu_ranks: list[int],
     dev_exposed: dict[int, int],
+    op_level: bool = False,
 ) -> list[str]:
+    own, first = (
+        ("its ops", "its first op's start (NDTimeline records no ProfilerStep)")
+        if op_level
+        else ("device rows launched in it; CPU ranks: its ProfilerStep", "its ProfilerStep start")
+    )
     notes = [
         "step windows tile each rank's time: a step runs from the end of the previous step's work to the end "
-        "of its own (device rows launched in it; CPU ranks: its ProfilerStep), the first from its ProfilerStep "
-        "start; categories add up to step_ns exactly, by precedence compute > transfer > memory > wait > "
-        "host_bound > idle"
+        f"of its own ({own}), the first from {first}; categories add up to step_ns exactly, by precedence "
+        "compute > transfer > memory > wait > host_bound > idle"
     ]
     n_inst, n_p2p = counts
     if n_inst:

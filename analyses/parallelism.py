@@ -99,7 +99,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "comm_ns": "communication of the label, its own union per rank (per device of a rank that drives "
         "several GPUs), summed over ranks",
         "exposed_comm_ns": "exposed communication attributed to the label (rule: module doc, step 3); "
-        "sums to overlap's total (to gaps' where a rank drives several GPUs)",
+        "sums to overlap's total (to gaps' where a rank drives several GPUs; on a per-op NDTimeline trace, "
+        "where overlap does not run, overlap's rule applied here to its collectives and compute ops)",
         "exposed_pct": "share of all exposed communication (%)",
         "hidden_ns": "the label's communication hidden behind compute (comm_ns minus its own exposed part)",
         "hidden_pct": "hidden_ns as a share of comm_ns (%)",
@@ -733,7 +734,9 @@ def run(store: Store, params: Params) -> Result:
         if what == "ops":
             notes.append(
                 "no kernels or CPU ops traced: communication and compute are the run's per-op records "
-                "(collectives; and NDTimeline's compute ops)"
+                "(collectives; and NDTimeline's compute ops); exposed_comm_ns is computed here from them by "
+                "overlap's rule (a collective's time under no compute op of its rank): `analyze overlap` reads "
+                "kernels or CPU ops and does not run on this trace, so there is no overlap total to compare"
             )
     comm = (
         labelled

@@ -1026,3 +1026,24 @@ def test_se_names_the_replica_imbalance_within_its_stages(store):
         )
         for n in res.notes
     )
+
+
+def test_notes_on_a_per_op_trace_say_where_exposed_time_and_the_first_window_come_from(store):
+    """t16 D5: on NDTimeline (no kernels, no CPU training-thread ops, no ProfilerStep) parallelism's
+    column doc said its exposed time "sums to overlap's total" and critical_path's note spoke of "its
+    ProfilerStep start", but `analyze overlap` fails there and no ProfilerStep exists. The notes now
+    say exposed_comm_ns is overlap's rule applied here, and the first window starts at the first op."""
+    from traceprof.core.errors import AnalysisError
+
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-ST.parquet")], run="ST")
+    with pytest.raises(AnalysisError):  # the premise: overlap does not run on this trace
+        analyze(store, "overlap", "ST")
+    notes = [str(n) for n in analyze(store, "parallelism", "ST").notes]
+    assert any(
+        "`analyze overlap` reads kernels or CPU ops and does not run on this trace" in n for n in notes
+    )
+    assert "where overlap does not run" in parallelism.COLUMNS["frame"]["exposed_comm_ns"]
+    cp = [str(n) for n in analyze(store, "critical_path", "ST").notes]
+    (tile,) = [n for n in cp if n.startswith("step windows tile")]
+    assert "the first from its first op's start (NDTimeline records no ProfilerStep)" in tile, tile
+    assert "ProfilerStep start" not in tile

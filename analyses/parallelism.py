@@ -95,7 +95,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "size": "ranks per group of the axis (a spanning label: its largest group; null unassigned)",
         "groups": "distinct process groups of the label",
         "collectives": "collective rows of the label",
-        "bytes": "bytes moved (sum of bytes_in)",
+        "bytes": "bytes moved (sum of the known bytes_in; null when no size is known, a note counts the unknown)",
         "comm_ns": "communication of the label, its own union per rank (per device of a rank that drives "
         "several GPUs), summed over ranks",
         "exposed_comm_ns": "exposed communication attributed to the label (rule: module doc, step 3); "
@@ -387,9 +387,11 @@ def _comm_labels(act: pl.DataFrame, rows: pl.DataFrame, keys: list[str]) -> pl.D
 
 def _axes(
     act: pl.DataFrame, labelled: pl.DataFrame, rows: pl.DataFrame, mesh: _mesh.Mesh, keys: list[str]
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3); ``keys``: rank, or
-    rank and device (a process that drives several GPUs: its devices' figures summed)."""
+) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """The ``frame`` (per axis) and ``axis_ranks`` tables (module doc, step 3), and a note per axis
+    whose collectives' sizes are not all known (``bytes`` sums the known ones, null when none is:
+    unknown is never 0); ``keys``: rank, or rank and device (a process that drives several GPUs: its
+    devices' figures summed)."""
     compute = compute_merged(act, keys)  # merged once: each label's subtraction below reads it
     remaining = exposed_comm(act, keys, compute)
     per_rank = []
@@ -430,7 +432,11 @@ def _axes(
     counts = rows.group_by("axis").agg(
         pl.col("members").n_unique().alias("groups"),
         pl.len().alias("collectives"),
-        pl.col("bytes_in").sum().cast(pl.Int64).alias("bytes"),
+        pl.when(pl.col("bytes_in").is_not_null().any())
+        .then(pl.col("bytes_in").sum())
+        .cast(pl.Int64)
+        .alias("bytes"),
+        pl.col("bytes_in").null_count().alias("_unknown"),
     )
     sizes = {a.name: a.size for a in mesh.axes} | {a.name: a.size for a, _ in mesh.left_out}
     found = {a.name: a.found_by for a in mesh.axes} | {
@@ -477,9 +483,17 @@ def _axes(
     frame = frame.with_columns(pl.col("axis").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort(
         "_o"
     )
+    unknown = [
+        f"axis {axis}: {n:,} of {of:,} collectives have no recorded size: bytes "
+        + ("sums the other ones" if n < of else "is null, not 0")
+        for axis, n, of in frame.filter(pl.col("_unknown") > 0)
+        .select("axis", "_unknown", "collectives")
+        .iter_rows()
+    ]
     return (
         frame.select(*COLUMNS["frame"]),
         ar.drop("_own").sort("rank", pl.col("axis").replace_strict(order, return_dtype=pl.Int64)),
+        unknown,
     )
 
 
@@ -721,7 +735,8 @@ def run(store: Store, params: Params) -> Result:
         multi = multi_device_ranks(act) if "device" in act.columns else []
         keys = ["rank", "device"] if multi else ["rank"]
         labelled = _comm_labels(act, rows, keys)
-        frame, axis_ranks = _axes(act, labelled, rows, mesh, keys)
+        frame, axis_ranks, unknown = _axes(act, labelled, rows, mesh, keys)
+        notes += unknown
         if multi:
             notes.append(
                 Note(

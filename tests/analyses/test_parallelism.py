@@ -1047,3 +1047,17 @@ def test_notes_on_a_per_op_trace_say_where_exposed_time_and_the_first_window_com
     (tile,) = [n for n in cp if n.startswith("step windows tile")]
     assert "the first from its first op's start (NDTimeline records no ProfilerStep)" in tile, tile
     assert "ProfilerStep start" not in tile
+
+
+def test_collectives_of_unknown_size_give_null_bytes_and_a_note(store):
+    """t16 D4: trace-ST's NDTimeline collectives record no size: pp's 3,200, dp's 512 and world's 256
+    gave "bytes": 0 (a sum of nulls). Unknown is null, and a note counts the unknown per axis."""
+    ingest(store, [corpus("kineto_misc/bytedance_straggler_whatif/trace-ST.parquet")], run="ST")
+    res = analyze(store, "parallelism", "ST")
+    assert res.frame.select("axis", "collectives", "bytes").rows() == [
+        ("pp", 3200, None),
+        ("dp", 512, None),
+        ("world", 256, None),
+    ]
+    notes = [str(n) for n in res.notes]
+    assert "axis pp: 3,200 of 3,200 collectives have no recorded size: bytes is null, not 0" in notes, notes

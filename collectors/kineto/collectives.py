@@ -7,7 +7,11 @@ op (the innermost ``record_param_comms`` with a ``Collective name``, else ``nccl
 else ``c10d::<op>_`` op enclosing the runtime call with the kernel's correlation id, on the same
 thread: old-style traces carry no metadata on the kernel, and NCCL's ``SendRecv`` kernel runs
 all-to-alls too); the kernel name's family. Process group, sequence number, member ranks and
-``Comms Id`` come from the kernel's args, else from the launching ``record_param_comms``.
+``Comms Id`` come from the kernel's args, else from the launching ``record_param_comms``. The
+elements (``nelems_in``, so ``bytes_in``) come from ``In msg nelems``, else, for an all-reduce,
+broadcast or reduce (in place: the first input is the op's buffer), from the naming op's first
+input: prod(``Input Dims[0]``) elements of ``Input type[0]`` (an ``nccl:all_reduce`` annotation
+with ``[[19618307]]`` and ``["float"]``: 78,473,228 bytes); unknown (null) otherwise.
 
 Source fields read (from the event's ``args`` JSON): ``Collective name``, ``Process Group Name``,
 ``Process Group Ranks``, ``Seq``, ``Comms Id``, ``In msg nelems``, ``Out msg nelems``, ``dtype``,
@@ -55,6 +59,25 @@ def _nelems(dims: Any) -> int | None:
     return None
 
 
+#: Ops whose launching op's first input is the op's buffer (in place: input = output), so its size is
+#: ``bytes_in``; others (``_all_gather_base(output, input)``, ``all_to_all_single(output, input)``)
+#: list the output first, and are left unknown without ``In msg nelems``.
+_ONE_BUFFER_OPS = frozenset({"all_reduce", "broadcast", "reduce"})
+
+
+def _from_dims(a: dict[str, Any], n_in: int | None, dtype: str | None) -> tuple[int | None, str | None]:
+    """(elements, dtype) of a launching op's first input where the kernel's metadata lacks ``In msg
+    nelems``: prod(``Input Dims[0]``) and ``Input type[0]`` (``[[19618307]]``, ``["float"]``: 19,618,307
+    x 4 = 78,473,228 bytes), taken only when both are known and the count is not negative, for
+    :data:`_ONE_BUFFER_OPS`; else (``n_in``, ``dtype``) as they were."""
+    types = a.get("Input type")
+    kind = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else None
+    n = _nelems(a.get("Input Dims"))
+    if n is None or n < 0 or dtype_bytes(dtype or kind) is None:
+        return n_in, dtype
+    return n, dtype or kind
+
+
 #: Launching-op names by precedence (lower first): metadata, the ProcessGroupNCCL annotation, the c10d op.
 _RPC = "record_param_comms"
 _NAMING_KINDS = frozenset({"cpu_op", "user_annotation"})
@@ -75,10 +98,10 @@ def _naming_rank(name: str, collective_name: Any) -> int | None:
 
 def _launchers(
     cols: dict[str, Any], f: Frame, wanted: np.ndarray, bad: BadValues
-) -> dict[int, tuple[int, str | None, int]]:
+) -> dict[int, tuple[int, str | None, int, int]]:
     """Per correlation id (of ``wanted``) of a runtime launch: (launch ts ns, the ``op`` the enclosing
-    CPU ops name or None, the row of the naming ``record_param_comms`` or -1), from the innermost
-    naming op of best precedence.
+    CPU ops name or None, the row of the naming ``record_param_comms`` or -1, the row of the op that
+    named it or -1), from the innermost naming op of best precedence.
 
     1. The naming ops (``record_param_comms``, ``nccl:*``, ``c10d::*``) get their precedence and op
        once each: a ``record_param_comms`` names one only with a ``Collective name`` (a string:
@@ -115,7 +138,7 @@ def _launchers(
     n_ts = f.ts[naming]
     n_end = n_ts + f.dur[naming]
     launches = np.flatnonzero(f.kind_in(_LAUNCH_KINDS) & f.corr_ok & np.isin(f.corr, wanted))
-    found_at: list[tuple[int, str | None, int]] = [(0, None, -1)] * len(launches)
+    found_at: list[tuple[int, str | None, int, int]] = [(0, None, -1, -1)] * len(launches)
     for lane_ops, lane_launches in _by_lane(pid, tid, naming, launches):
         lane_ops = lane_ops[np.lexsort((naming[lane_ops], -n_end[lane_ops], n_ts[lane_ops]))]
         starts, ends, ops = n_ts[lane_ops].tolist(), n_end[lane_ops].tolist(), lane_ops.tolist()
@@ -131,7 +154,7 @@ def _launchers(
                     stack.pop()
                 stack.append(m)
             pushed = max(pushed, j)
-            best, op, rpc = 99, None, -1
+            best, op, rpc, named = 99, None, -1, -1
             at, looked = len(stack) - 1, 0
             while at >= 0 and looked < _MAX_NESTING:
                 m = stack[at]
@@ -144,11 +167,11 @@ def _launchers(
                 r = rank[ops[m]]
                 if r >= best:
                     continue
-                best, op = r, op_of[ops[m]]  # innermost first, so ties keep the innermost
+                best, op, named = r, op_of[ops[m]], int(naming[ops[m]])  # innermost first: ties keep it
                 if r == 0:
                     rpc = int(naming[ops[m]])
                     break
-            found_at[k] = (t, op, rpc)
+            found_at[k] = (t, op, rpc, named)
     # a repeated id: its earliest launch (traceprof.collectors.kineto.columns.PAIRING)
     first = np.lexsort((f.ts[launches], f.corr[launches]))[::-1].tolist()  # the earliest last, so it stays
     corr = f.corr[launches].tolist()
@@ -394,7 +417,7 @@ def collectives(
         holder = functools.partial(_holder, a, row, -1)  # the event row a key's value came from
         if gpu_present:
             source = CollectiveSource.nccl_kernel
-            enter, launch_op, rpc_row = launchers.get(corr, (None, None, -1))
+            enter, launch_op, rpc_row, op_row = launchers.get(corr, (None, None, -1, -1))
             if rpc_row >= 0 and None in map(a.get, _RPC_KEYS):  # read only where the kernel's args lack a key
                 rpc = _rpc_args(f, rpc_row)
                 if rpc:
@@ -414,6 +437,8 @@ def collectives(
                 ints["nelems_out"],
                 ints["group_size"],
             )
+            if n_in is None and op_row >= 0 and op in _ONE_BUFFER_OPS:  # nccl:all_reduce record_function
+                n_in, dtype = _from_dims(_rpc_args(f, op_row), n_in, dtype)
             tid = None
         else:
             source = CollectiveSource.gloo

@@ -413,16 +413,18 @@ def test_corpus_busbw_agrees_with_the_kernels(store):
 
 
 def test_corpus_two_of_128_ranks(store):
-    # trace_filter: ranks 0 and 1 of a 128-rank job, no message sizes: the group size is unknown
-    # (the ranks seen are not the group), no bandwidth, and the split is among the traced ranks only
+    # trace_filter: ranks 0 and 1 of a 128-rank job; the 8 all-reduce instances' sizes come from
+    # their nccl:all_reduce annotations' Input Dims x float (before: no message sizes, 0 of 20); the
+    # group size is unknown (the ranks seen are not the group), so no bandwidth, and the split is
+    # among the traced ranks only
     ingest(store, [corpus("hta/trace_filter")])
     got = store.sql(
         "SELECT count(*), count(group_size), count(size_bytes), count(busbw_gbps), "
         "bool_or(all_ranks_traced) FROM collective_perf WHERE instance_id IS NOT NULL"
     ).row(0)
-    assert got == (20, 0, 0, 0, False)
+    assert got == (20, 0, 8, 0, False)
     res = analyze(store, "nccl_sum")
-    assert res.bandwidth.is_empty() and any("no call records its message size" in n for n in res.notes)
+    assert res.bandwidth.is_empty() and any("the process groups' sizes are unknown" in n for n in res.notes)
     assert any("among the traced ranks of groups not traced on every rank" in n for n in res.notes)
 
 

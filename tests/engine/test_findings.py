@@ -221,7 +221,9 @@ def test_communication_beyond_the_waits_reads_its_rows_alone_once_the_frame_is_l
 
 
 def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
-    # trace_filter: what-if S = 1.340 (2 steps: no interval since v1), but no rank is last more often
+    # trace_filter: what-if S = 1.086 (2 steps: no interval since v1; 1.340 before the all-reduces'
+    # sizes were read from their Input Dims: the replay pools comm ops by op|group|bytes, so the
+    # 78 MB and 105 MB all-reduces no longer share one ideal), but no rank is last more often
     # than chance (rank 1: 8 of 10 with 2 ranks, p = 0.055) and there is no stage or group: the
     # run's variability, said in the findings with no cost (issue 27: a problem needs a cause). Its
     # world size is 128 and only ranks 0, 1 are traced, with no process group membership
@@ -232,7 +234,7 @@ def test_slower_than_ideal_without_a_cause_is_variability_not_a_problem(store):
     st = [x for x in f.findings if x.topic == "stragglers"][0]
     assert not st.problem and st.status == "inconclusive" and st.cost_pct is None
     # inconclusive: "not shown to straggle", never the negative claim "no straggler" (it was)
-    assert st.text.startswith("not shown to straggle: the job runs 34% slower than its ideal")
+    assert st.text.startswith("not shown to straggle: the job runs 23% slower than its ideal")
     assert "no straggler" not in st.text
     # inconclusive: never "not a problem" (v1), the traced ranks' variability only
     assert "the traced ranks' variability, as far as they show" in st.text and "not a problem" not in st.text

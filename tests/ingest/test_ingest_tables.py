@@ -146,3 +146,24 @@ def test_the_ingest_of_one_rank_file_imports_no_polars(tmp_path):
         assert s.con.execute("SELECT count(*) FROM collectives WHERE instance_id IS NOT NULL").fetchall() == [
             (1,)
         ]
+
+
+def test_an_all_reduce_named_by_its_annotation_takes_its_size_from_input_dims(tmp_path):
+    """t16 D4: hta/trace_filter's all-reduce kernels carry no ``In msg nelems``; their launching
+    ``nccl:all_reduce`` record_function has ``Input Dims [[19618307]]`` and ``Input type
+    ["float"]``. Hand value: 19,618,307 x 4 B = 78,473,228 B (3 such collectives on the two ranks;
+    before: nelems_in and bytes_in null). An _all_gather_base's first input is its output: left
+    unknown."""
+    from tests.conftest import corpus
+    from traceprof.ingest.ingest import ingest
+    from traceprof.storage.store import Store
+
+    s = Store(tmp_path / "s.duckdb")
+    ingest(s, [corpus("hta/trace_filter")])
+    rows = s.sql(
+        "SELECT dtype, nelems_in, bytes_in, count(*)::BIGINT AS n FROM collectives "
+        "WHERE op = 'all_reduce' AND nelems_in = 19618307 GROUP BY ALL"
+    ).rows()
+    assert rows == [("float", 19_618_307, 78_473_228, 3)]
+    assert s.sql("SELECT count(*) FROM collectives WHERE op = 'all_reduce' AND bytes_in IS NULL").item() == 0
+    assert s.sql("SELECT count(bytes_in) FROM collectives WHERE op = 'all_gather'").item() == 0

@@ -530,10 +530,14 @@ def test_trace_filter_collectives_are_named_by_their_launching_op(store):
     # ncclKernel_SendRecv. The launching CPU ops name them (nccl:all_to_all / c10d::alltoall_base_,
     # nccl:all_reduce / c10d::allreduce_, nccl:_all_gather_base): per rank 4 all_to_all, 4
     # all_reduce, 2 all_gather (the raw trace's counts of those annotations), none send_recv, and
-    # so they match by order across the two ranks (10 instances of 2 ranks each).
+    # so they match by order across the two ranks. The all-reduces' sizes come from their
+    # nccl:all_reduce annotations' Input Dims (t16 D4): rank 0's 2nd and 3rd (26,955,536 and
+    # 26,258,430 floats) differ from rank 1's (26,258,430 and 19,618,307), so those are 4
+    # one-rank instances, not 2 two-rank ones: 6 all_reduce instances, min 1 rank (before, sizes
+    # unknown: 4 of 2 ranks each, 10 instances in all).
     ingest(store, [corpus("hta/trace_filter")], run="tf")
     ops = store.sql(
-        "SELECT rank, op, count(*) AS n, count(instance_id) AS matched FROM collectives "
+        "SELECT rank, op, count(*) AS n, count(instance_id) AS matched FROM collectives "  # instance: maybe 1 rank
         "GROUP BY ALL ORDER BY ALL"
     ).rows()
     assert ops == [
@@ -545,7 +549,7 @@ def test_trace_filter_collectives_are_named_by_their_launching_op(store):
     ).rows()
     assert inst == [
         ("all_gather", 2, 2, "ordinal"),
-        ("all_reduce", 4, 2, "ordinal"),
+        ("all_reduce", 6, 1, "ordinal"),
         ("all_to_all", 4, 2, "ordinal"),
     ]
     # stragglers and whatif run on the only real multi-rank GPU sample and name real ops.

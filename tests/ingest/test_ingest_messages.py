@@ -319,9 +319,10 @@ def test_rank_or_world_size_written_as_text_is_one_rule(tmp_path, key, value, st
 
 
 def test_non_trace_files_in_a_folder_are_named_in_one_warning(tmp_path):
-    """t16 h/mixed and h/fifo: a README.md, a blob.bin, a notes.txt and a FIFO beside a trace were
-    skipped without a word. Hand value: 4 skipped, the first three named in path order (README.md,
-    blob.bin, notes.txt: sorted, upper case first), then "and 1 more"; the trace is stored."""
+    """t16 h/mixed and h/fifo: a blob.bin, a data.xyz and a FIFO beside a trace were skipped without a
+    word. Hand value: 3 skipped and named in path order (blob.bin, data.xyz, then the FIFO); the
+    README.md and notes.txt beside them are documents, expected in a run folder, skipped quietly
+    (the sample runs each hold a README.md); the trace is stored."""
     import os
 
     d = tmp_path / "job"
@@ -329,12 +330,13 @@ def test_non_trace_files_in_a_folder_are_named_in_one_warning(tmp_path):
     (d / "rank0.json").write_text(json.dumps(micro_trace(["aten::mm"])))
     (d / "README.md").write_text("run notes")
     (d / "blob.bin").write_bytes(bytes(range(256)))
+    (d / "data.xyz").write_bytes(b"\x00\x01")
     (d / "notes.txt").write_text("lr 0.1")
     os.mkfifo(d / "z.json")  # never opened (opening it would block)
     code, _, err = run("ingest", str(d), "--db", str(tmp_path / "s.duckdb"))
     said = [ln for ln in err.splitlines() if "no collector reads" in ln]
     assert code == 0 and said == [
-        f"warning: skipped 4 file(s) that no collector reads (not traces): {d}/README.md, {d}/blob.bin, "
-        f"{d}/notes.txt and 1 more"
+        f"warning: skipped 3 file(s) that no collector reads (not traces): {d}/blob.bin, {d}/data.xyz, "
+        f"{d}/z.json: a FIFO (named pipe)"
     ], err
     assert _runs(tmp_path / "s.duckdb") == ["job"]

@@ -64,10 +64,7 @@ def test_a_sidecar_named_without_its_trace_is_refused_naming_it(tmp_path):
     assert list(tmp_path.iterdir()) == [d]  # no store, no lock file
     # named with its folder, it is that folder's sidecar: nothing to refuse
     code, _, err = run("ingest", str(d), str(d / "rank0.meta.json"), "--db", str(db))
-    # the sidecar is not skipped; the folder's README.md is, in one line
-    skipped = [ln for ln in err.splitlines() if "skipped" in ln]
-    assert skipped == [f"warning: skipped 1 file(s) that no collector reads (not traces): {d}/README.md"], err
-    assert code == 0 and "4 file(s) ingested" in err, err
+    assert code == 0 and "4 file(s) ingested" in err and "skipped" not in err, err
 
 
 def test_a_document_named_alone_is_still_refused(tmp_path):
@@ -135,11 +132,7 @@ def test_partial_lists_a_path_holding_no_trace_and_ingests_the_rest(tmp_path):
     assert not db.exists() and not (tmp_path / "s.duckdb.lock").exists()
     # with it: each listed (one line), exit 1, the run folder stored
     code, _, err = run("ingest", str(empty), str(d), str(junk), "--partial", "--db", str(db))
-    assert (
-        err.splitlines()[0]
-        == f"warning: skipped 1 file(s) that no collector reads (not traces): {d}/README.md"
-    )
-    lines = err.splitlines()[1:]
+    lines = err.splitlines()
     assert code == 1 and lines[0] == f"run 'normal' (id 1): stored in {db}", err
     assert lines[1].startswith(f"failed: {empty}: no trace files found; traceprof reads: ")
     assert lines[2].startswith(f"failed: {junk}: not a trace file traceprof reads{FORMATS_TAIL}")
@@ -183,11 +176,7 @@ def test_a_folder_of_files_that_are_not_traces_beside_a_run_is_as_an_empty_folde
     assert not db.exists()
     # --partial: each listed as failed (no "skipped" warning for its files), the run stored, exit 1
     code, _, err = run("ingest", str(d), str(nt), str(nt2), "--partial", "--db", str(db))
-    assert (
-        err.splitlines()[0]
-        == f"warning: skipped 1 file(s) that no collector reads (not traces): {d}/README.md"
-    )
-    lines = err.splitlines()[1:]  # the run folder's README.md said first; the empty folders' files not again
+    lines = err.splitlines()
     assert code == 1 and lines[0] == f"run 'normal' (id 1): stored in {db}", err
     assert lines[1].startswith(f"failed: {one}") and lines[2].startswith(
         f"failed: {nt2}: no trace files found"

@@ -140,7 +140,7 @@ def discover(
         paths: Files and directories (searched recursively).
         unclaimed: If given, receives the files found in directories that no collector reads (and
             whose format is not recognized either; not a claimed trace's companion), and the
-            entries that are not regular files (``"run/rank1.json (a FIFO)"``), never opened.
+            entries that are not regular files (``"run/rank1.json: a FIFO (named pipe)"``), never opened.
         scanned: If given, receives the files found by scanning a directory (not named by the user).
         unread: If given, receives file -> ``"<format> ..., which traceprof does not read: <what to
             do>"`` for each file found in a directory beside traces whose format is recognized and
@@ -283,7 +283,7 @@ def _found(
         unclaimed += [
             str(f) for f in rest if f not in known and f not in sides and not f.name.endswith(".meta.json")
         ]
-        unclaimed += [f"{f} ({special_kind(f)})" for f in special]
+        unclaimed += [f"{f}: {special_kind(f)}" for f in special]
     if files and unread is not None:
         unread.update(known)
     if not files and known:
@@ -642,7 +642,10 @@ def ingest(
                 _refuse_folders(messages)
             result.failed.update(messages)
         unclaimed = [u for u in unclaimed if not any(Path(u).is_relative_to(p) for p in empty)]  # named there
-        if unclaimed:  # one line, however many: a config, a README.md, a blob.bin, a FIFO
+        # a run folder's README.md, notes or scripts are expected there: only files of no known kind
+        # (a blob.bin) and special files (a FIFO) are worth a line
+        unclaimed = [u for u in unclaimed if not sources.is_document(Path(u))]
+        if unclaimed:  # one line, however many: a blob.bin, a FIFO
             result.warnings.append(
                 f"skipped {len(unclaimed)} file(s) that no collector reads (not traces): "
                 + first_few(unclaimed, more=COUNTED)

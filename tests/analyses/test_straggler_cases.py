@@ -1526,3 +1526,28 @@ def test_unaligned_clock_sets_leave_point_to_point_pairs_out(store):
     assert got.select("rank", "op", "arrival_ns").rows() == [(0, "send", 1000), (1, "recv", 1200)]
     note = unaligned_note(store, 1)
     assert note is not None and note.startswith("1 matched collective(s) or transfer(s)")
+
+
+def test_unaligned_clock_sets_whatif_each_step_from_each_sets_own_start(store, tmp_path):
+    """Two hosts that share no collective (tensor-parallel groups "1" = [0, 1] on node-0, "2" =
+    [2, 3] on node-1, 3000 us ahead), two steps: each step of each set is measured from that set's
+    own start of the step, so the sets' offsets differing from step to step do not enter it.
+
+    By hand (us, own clocks): step 1: node-0 all_reduce r0 [100, 300], r1 [120, 300]: 200; node-1
+    r2 [3500, 3700], r3 [3530, 3700]: 200; job 200 (before 3700 - 100 = 3600). Step 2: node-0 r0
+    [1100, 1500], r1 [1200, 1500]: 400; node-1 r2, r3 [4600, 4700]: 100; job 400 (before 4700 -
+    1100 = 3600)."""
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    spans = {0: [(100, 300), (1100, 1500)], 1: [(120, 300), (1200, 1500)], 2: [(500, 700), (1600, 1700)]}
+    spans[3] = [(530, 700), (1600, 1700)]
+    for r in range(4):
+        ahead = 3000 if r >= 2 else 0
+        events = [step(1, ahead, 1000), step(2, ahead + 1000, 1000)]
+        for i, (a, b) in enumerate(spans[r]):
+            args = collective_args("allreduce", i + 1, pg=str(1 + r // 2), ranks=[r // 2 * 2, r // 2 * 2 + 1])
+            events.append(launch(ahead + a - 8, 70 + i))
+            events.append(kernel(ar, 20, ahead + a, b - a, 70 + i, **args))
+        write_rank(tmp_path / "tp" / f"r{r}.json", events, r, world=4, backend="nccl", host=f"node-{r // 2}")
+    ingest(store, [tmp_path / "tp"], run="tp")
+    res = analyze(store, "whatif", "tp")
+    assert res.frame.sort("step").select("step", "actual_ns").rows() == [(1, 200_000), (2, 400_000)]

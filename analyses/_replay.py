@@ -540,6 +540,7 @@ def build(
     comm: pl.DataFrame,
     eps: int = EPS_NS,
     *,
+    clock_sets: dict[int, int] | None = None,
     _drop_early: bool = False,
 ) -> Timeline:
     """Build the replay graph from compute and comm items (module doc).
@@ -551,6 +552,14 @@ def build(
             again for a second attempt (a cycle, below).
         comm: :func:`comm_items` frame (rows without a step or an end are ignored).
         eps: Tolerance of "ended before started" in ns.
+        clock_sets: Each rank's clock set (``traceprof.engine.arrivals.clock_sets``: sets of ranks
+            whose clocks could not be aligned to each other; None or one set: the clocks are one).
+            With two or more, each set's items of step k are moved by one amount so that the set's
+            step k starts where the step's earliest set does: a step's start, its nodes' bases and
+            its time (latest end - start) are then each set's own, on its own clock, and the
+            step's time is the longest set's (the time between the sets is not measured; no item
+            links them: ``comm_items`` leaves such links out). Within a set nothing moves relative
+            to anything else of its step.
 
     A cycle (two ranks hold matched collectives in different orders, and a copy ended before its
     instance's last arrival: a wrong match or clock) is broken by dropping the dependencies on
@@ -614,6 +623,8 @@ def build(
     # times relative to the run's first item: epoch ns do not fit a float64 exactly
     t0 = int(items["start_ns"].min() or 0)  # type: ignore[arg-type]
     items = items.with_columns(pl.col("start_ns") - t0, pl.col("end_ns") - t0)
+    if clock_sets is not None and len(set(clock_sets.values())) > 1:
+        items = _one_start_per_step(items, clock_sets)
     step_start = items.group_by("step").agg(pl.col("start_ns").min().alias("step_start_ns"))
     # pooling key: key0 and its ordinal among the items of the rank's step with that key0
     key_items = items.select(
@@ -677,7 +688,7 @@ def build(
     del src, dst, out_node, end_node, inst_node
     leveled = _levels(e_src, e_dst, n_nodes)
     if isinstance(leveled, int) and not _drop_early:
-        return build(make, comm, eps, _drop_early=True)
+        return build(make, comm, eps, clock_sets=clock_sets, _drop_early=True)
     if isinstance(leveled, int):
         raise AnalysisError(
             f"the replay graph has a cycle ({leveled} of {n_nodes} nodes): two ranks hold "
@@ -738,6 +749,20 @@ def build(
     nodes = pl.DataFrame(cols)
     del cols
     return Timeline(nodes, pred_ptr, pred, levels, step_start, uniq.str.split("|").list.first())
+
+
+def _one_start_per_step(items: pl.DataFrame, clock_sets: dict[int, int]) -> pl.DataFrame:
+    """``items`` (rank, step, start_ns, end_ns; ns) with each clock set's items of a step moved by
+    (its start of the step - the step's earliest set start), so every set starts the step at one
+    time (:func:`build`'s ``clock_sets``); the row order is kept."""
+    clock = pl.col("rank").replace_strict(clock_sets, default=pl.col("rank"), return_dtype=pl.Int64)
+    shift = pl.col("start_ns").min().over("step", "_set") - pl.col("start_ns").min().over("step")
+    return (
+        items.with_columns(clock.alias("_set"))
+        .with_columns(shift.alias("_shift"))
+        .with_columns(pl.col("start_ns") - pl.col("_shift"), pl.col("end_ns") - pl.col("_shift"))
+        .drop("_set", "_shift")
+    )
 
 
 def _index_dtype(n_nodes: int, n_edges: int) -> type[np.signedinteger]:

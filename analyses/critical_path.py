@@ -53,6 +53,11 @@ Algorithm:
      ended last. At a transfer of a collective whose last rank was another (ties: the lowest
      rank that arrived last), or at a wait that lasted until the last arrival, the path crosses to
      the last rank at its arrival and goes on there. The path's pieces tile the job's step.
+     Where the run's clocks form sets that could not be aligned to each other (pipeline stages
+     on hosts linked by send / recv only: ``traceprof.engine.arrivals.clock_sets``), the job's
+     steps are taken per set on its own clock and step k is the set's whose step k is longest
+     (a lower bound of the job's: the time from one set to the next is not measurable), its path
+     within that set; never the clocks' offset as idle time.
   7. Blame: each exposed wait piece is credited to its collective's last rank (nobody on a
      tie); intersected with that rank's pieces, it says what that rank was doing while the others
      waited (its op: compute, host-bound time, ...). Where that rank was itself waiting for
@@ -112,7 +117,7 @@ from traceprof.engine.analysis import (
     register,
     reusing,
 )
-from traceprof.engine.arrivals import p2p_items, run_transient, unaligned_note
+from traceprof.engine.arrivals import clock_sets, p2p_items, run_transient, unaligned_note
 from traceprof.ingest.matching import run_steps
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
@@ -508,19 +513,37 @@ def _ranks(frame: pl.DataFrame) -> pl.DataFrame:
 # -- 6. path ---------------------------------------------------------------------------------------
 
 
-def _job_steps(windows: pl.DataFrame) -> pl.DataFrame:
+def _job_steps(windows: pl.DataFrame, sets: dict[int, int] | None = None) -> pl.DataFrame:
     """The job's steps: step, start_ns, end_ns (the latest end over ranks, non-decreasing; start:
-    the previous step's end, the first: the earliest window start), end_rank."""
+    the previous step's end, the first: the earliest window start), end_rank. ``sets``: each rank's
+    clock set when the run's clocks form sets that could not be aligned to each other
+    (``traceprof.engine.arrivals.clock_sets``): then each set's steps are taken so on its own clock
+    and the job's step k is the set's whose step k is longest (ties: the lowest set), since the
+    time between the sets is not measured."""
     w = windows.filter(pl.col("end_ns") > pl.col("start_ns"))
-    g = w.group_by("step").agg(
-        pl.col("start_ns").min().alias("_lo"),
-        pl.col("end_ns").max().alias("end_ns"),
-        pl.col("rank").sort_by("end_ns", "rank", descending=[True, False]).first().alias("end_rank"),
+    clock = (
+        pl.lit(0, pl.Int64) if sets is None else pl.col("rank").replace_strict(sets, return_dtype=pl.Int64)
     )
-    g = g.sort("step", nulls_last=True).with_columns(pl.col("end_ns").cum_max())
-    return g.with_columns(pl.coalesce(pl.col("end_ns").shift(1), "_lo").alias("start_ns")).select(
-        "step", "start_ns", "end_ns", pl.col("end_rank").cast(pl.Int32)
+    g = (
+        w.with_columns(clock.alias("_set"))
+        .group_by("_set", "step")
+        .agg(
+            pl.col("start_ns").min().alias("_lo"),
+            pl.col("end_ns").max().alias("end_ns"),
+            pl.col("rank").sort_by("end_ns", "rank", descending=[True, False]).first().alias("end_rank"),
+        )
     )
+    g = g.sort("_set", "step", nulls_last=True).with_columns(pl.col("end_ns").cum_max().over("_set"))
+    g = g.with_columns(pl.coalesce(pl.col("end_ns").shift(1).over("_set"), "_lo").alias("start_ns"))
+    if sets is not None:
+        g = g.sort(
+            "step",
+            pl.col("end_ns") - pl.col("start_ns"),
+            "_set",
+            descending=[False, True, False],
+            nulls_last=True,
+        ).unique("step", keep="first", maintain_order=True)
+    return g.select("step", "start_ns", "end_ns", pl.col("end_rank").cast(pl.Int32))
 
 
 def _rank_start_sorted(df: pl.DataFrame) -> bool:
@@ -1084,7 +1107,7 @@ def run(store: Store, params: Params) -> Result:
     segs = _segments(acts, schema, wait, xfer, windows, cpu_ranks)
     frame = _account(segs, windows)
     total = int(frame["step_ns"].sum())
-    jobs = _job_steps(windows)
+    jobs = _job_steps(windows, clock_sets(store, run_id))
     path = _Walk(segs).path(jobs)
     crossings = path.group_by("step").agg(
         (pl.col("rank") != pl.col("rank").shift(1)).sum().alias("crossings")

@@ -8,7 +8,13 @@ Algorithm:
   1. Items and graph (``traceprof.analyses._replay``): per rank and step, top-level compute intervals and
      the rank's matched collectives; an item depends on the earlier items of its rank that ended
      before it started; a collective starts at its last arrival. The profiler-start transient
-     (``_replay.transient``) is left out: its steps are dropped, with a note.
+     (``_replay.transient``) is left out: its steps are dropped, with a note. Where the run's
+     clocks form sets that could not be aligned to each other (pipeline stages on hosts linked
+     by send / recv only: ``traceprof.engine.arrivals.clock_sets``), the links between the sets
+     are left out (their arrivals are on different clocks; a note) and each set's step is
+     measured on its own clock from its own first item (``_replay.build``'s ``clock_sets``): a
+     step's time is its longest set's, a lower bound of the job's (the time from one set to the
+     next is not measurable), never the clocks' offset.
   2. Every item has a gap (unexplained host time before it, the artifact's "launch delay") and a
      duration (compute: its length; collective: transfer = end - last arrival, at least 0).
      Typical values over the items with the same pooling key (name and ordinal in the step;
@@ -118,7 +124,7 @@ from traceprof.core import columns as rc
 from traceprof.core.errors import AnalysisError
 from traceprof.core.trim import trim
 from traceprof.engine.analysis import Analysis, Chart, FrameResult, Report, RunParams, register, release_pool
-from traceprof.engine.arrivals import unaligned_note
+from traceprof.engine.arrivals import clock_sets, unaligned_note
 from traceprof.storage.runs import run_label
 from traceprof.storage.store import Store
 
@@ -410,7 +416,7 @@ def run(store: Store, params: Params) -> Result:
         no_comp = comp.is_empty()
         return comp
 
-    tl = _replay.build(items, comm, params.eps_ns)
+    tl = _replay.build(items, comm, params.eps_ns, clock_sets=clock_sets(store, run_id))
     if tl.step_start.is_empty():
         raise AnalysisError(_no_steps_text(store, run_id, label, no_comp))
     trim()  # the build's freed arrays handed back before the replays (traceprof.core.trim)

@@ -1437,3 +1437,117 @@ def test_unaligned_clock_sets_leave_their_links_out(store, tmp_path):
     }
     assert got == {0: (1, 0, 0), 1: (1, 1, 20_000), 2: (1, 0, 0), 3: (1, 1, 30_000)}
     assert [n for n in res.notes if "could not be aligned to each other" in n and n.startswith("2 matched")]
+
+
+def _stages(store, tmp_path) -> None:
+    """The two-stage pipeline of :func:`_stage_rank` ingested as run "pp"."""
+    for r in range(4):
+        write_rank(
+            tmp_path / "pp" / f"r{r}.json", _stage_rank(r), r, world=4, backend="nccl", host=f"node-{r // 2}"
+        )
+    ingest(store, [tmp_path / "pp"], run="pp")
+
+
+def test_unaligned_clock_sets_whatif_measures_each_set_on_its_own_clock(store, tmp_path):
+    """whatif on the pipeline of :func:`_stage_rank` (g13 h17): the send / recv instances are left
+    out (their arrivals are on different clocks), so each stage is one all_reduce, and each stage's
+    step is measured on its own clock; the job's step is the longer stage's.
+
+    By hand (us, own clocks): stage 0 r0 [0, 200], r1 [20, 200]: 200 from its first arrival; stage 1
+    r2 [3500, 3700], r3 [3530, 3700]: 200 from 3500; actual = max(200, 200) = 200 (before: 3700 - 0 =
+    3700, node-1's 3 ms in it). No host gaps: transfers from the last arrival, 180 and 170: nogap
+    180. The earliest item of stage 1 had a host gap of 3500 us from the run's step start (before:
+    host slowdown 1.9 and more), now 0: r1's 20 and r3's 30 are its only gaps."""
+    _stages(store, tmp_path)
+    res = analyze(store, "whatif", "pp")
+    row = res.frame.row(0, named=True)
+    assert (row["actual_ns"], row["replay_ns"], row["nogap_ns"]) == (200_000, 200_000, 180_000)
+
+
+def test_unaligned_clock_sets_critical_path_job_step_on_one_clock(store, tmp_path):
+    """critical_path's job step on the pipeline of :func:`_stage_rank`: each stage's step windows on
+    its own clock, the job's step the longer stage's, its path within that stage.
+
+    By hand (us): stage 0's windows run from the ProfilerStep start 0 to the last kernel end 400
+    (send [300, 400]): 400; stage 1's from 3000 to 3700 (all_reduce end): 700. Job step 1 = 700 on
+    stage 1's clock, ending on rank 2 (rank 2 and 3 end together: the lower); before: 3000 + 700 =
+    3700 from stage 0's start, 3000 of it idle "outside the rank's profiled span". The path: rank 2's
+    transfer [3530, 3700] (170), crossing to rank 3 (last at 3530), host-bound [3400, 3530] (130),
+    its recv [3250, 3400] (150, transfer: its wait is not measurable) and host-bound [3000, 3250]
+    (250): 170 + 130 + 150 + 250 = 700."""
+    _stages(store, tmp_path)
+    res = analyze(store, "critical_path", "pp")
+    assert res.steps.select("step", "step_ns", "end_rank", "crossings").rows() == [(1, 700_000, 2, 1)]
+    path = res.path.sort("seq").select("rank", "kind", "duration_ns").rows()
+    assert path == [
+        (3, "host_bound", 250_000),
+        (3, "transfer", 150_000),
+        (3, "host_bound", 130_000),
+        (2, "transfer", 170_000),
+    ]
+    assert int(res.path["duration_ns"].sum()) == 700_000
+
+
+def test_unaligned_clock_sets_leave_point_to_point_pairs_out(store):
+    """``arrivals.p2p_items`` (send / recv that matching left unmatched, e.g. gloo's) across clock
+    sets that could not be aligned to each other: hosts a (ranks 0, 1) and b (2, 3), each linked
+    inside by an all_reduce (instances 1, 2), nothing across (runs.clock_aligned false). Rank 0
+    sends to rank 1 (start 1000, recv 1200) and to rank 2 (start 2000, recv at 5000 on b's clock).
+
+    By hand: the 0 -> 1 pair stays (arrivals 1000, 1200: rank 0 waits 200 ns); the 0 -> 2 pair's
+    wait of 3000 ns is across the clocks, so it is left out, and the note counts it (1)."""
+    from traceprof.engine.arrivals import p2p_items, unaligned_note
+
+    con = store.con
+    con.execute("INSERT INTO runs VALUES (1, 'r', 4, TIMESTAMP '2026-01-01', [], false)")
+    for r in range(4):
+        con.execute(
+            "INSERT INTO traces (trace_id, run_id, rank, host, clock_offset_ns, clock_residual_ns) "
+            "VALUES (?, 1, ?, ?, 0, 0)",
+            [r + 1, r, "ab"[r // 2]],
+        )
+        con.execute(
+            "INSERT INTO collectives (run_id, rank, trace_id, source, pg, p2p, op, bytes_in, start_ns, end_ns, "
+            "instance_id) VALUES (1, ?, ?, 'gloo', 'tp', false, 'all_reduce', 8, 100, 500, ?)",
+            [r, r + 1, 1 + r // 2],
+        )
+    for rank, op, peer, start in (
+        (0, "send", 1, 1000),
+        (1, "recv", 0, 1200),
+        (0, "send", 2, 2000),
+        (2, "recv", 0, 5000),
+    ):
+        con.execute(
+            "INSERT INTO collectives (run_id, rank, trace_id, source, p2p, op, peer, bytes_in, start_ns, end_ns) "
+            "VALUES (1, ?, ?, 'gloo', true, ?, ?, 8, ?, ?)",
+            [rank, rank + 1, op, peer, start, start + 500],
+        )
+    got = p2p_items(store, 1).sort("rank")
+    assert got.select("rank", "op", "arrival_ns").rows() == [(0, "send", 1000), (1, "recv", 1200)]
+    note = unaligned_note(store, 1)
+    assert note is not None and note.startswith("1 matched collective(s) or transfer(s)")
+
+
+def test_unaligned_clock_sets_whatif_each_step_from_each_sets_own_start(store, tmp_path):
+    """Two hosts that share no collective (tensor-parallel groups "1" = [0, 1] on node-0, "2" =
+    [2, 3] on node-1, 3000 us ahead), two steps: each step of each set is measured from that set's
+    own start of the step, so the sets' offsets differing from step to step do not enter it.
+
+    By hand (us, own clocks): step 1: node-0 all_reduce r0 [100, 300], r1 [120, 300]: 200; node-1
+    r2 [3500, 3700], r3 [3530, 3700]: 200; job 200 (before 3700 - 100 = 3600). Step 2: node-0 r0
+    [1100, 1500], r1 [1200, 1500]: 400; node-1 r2, r3 [4600, 4700]: 100; job 400 (before 4700 -
+    1100 = 3600)."""
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    spans = {0: [(100, 300), (1100, 1500)], 1: [(120, 300), (1200, 1500)], 2: [(500, 700), (1600, 1700)]}
+    spans[3] = [(530, 700), (1600, 1700)]
+    for r in range(4):
+        ahead = 3000 if r >= 2 else 0
+        events = [step(1, ahead, 1000), step(2, ahead + 1000, 1000)]
+        for i, (a, b) in enumerate(spans[r]):
+            args = collective_args("allreduce", i + 1, pg=str(1 + r // 2), ranks=[r // 2 * 2, r // 2 * 2 + 1])
+            events.append(launch(ahead + a - 8, 70 + i))
+            events.append(kernel(ar, 20, ahead + a, b - a, 70 + i, **args))
+        write_rank(tmp_path / "tp" / f"r{r}.json", events, r, world=4, backend="nccl", host=f"node-{r // 2}")
+    ingest(store, [tmp_path / "tp"], run="tp")
+    res = analyze(store, "whatif", "tp")
+    assert res.frame.sort("step").select("step", "actual_ns").rows() == [(1, 200_000), (2, 400_000)]

@@ -173,6 +173,24 @@ def components(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     return sorted(tuple(sorted(c)) for c in comps.values())
 
 
+def clock_sets(store: Store, run_id: int) -> dict[int, int] | None:
+    """Each rank's clock set (a representative rank) when the run's ranks form two or more sets
+    whose clocks could not be aligned to each other (:func:`_clock_sets`); None when they are one
+    (aligned, alignment off, or a single set). Reads what :func:`_clock_sets` reads."""
+    sets = _clock_sets(store, run_id)
+    return sets if sets is not None and len(set(sets.values())) > 1 else None
+
+
+def _across_sets(rows: pl.DataFrame, sets: dict[int, int]) -> pl.Series:
+    """The ``instance_id`` values of ``rows`` (instance_id, rank) whose ranks lie in two or more
+    clock sets (``sets``: rank -> set)."""
+    keyed = rows.select(
+        "instance_id", pl.col("rank").replace_strict(sets, default=None, return_dtype=pl.Int64).alias("_set")
+    )
+    split = keyed.group_by("instance_id").agg(pl.col("_set").n_unique().alias("n")).filter(pl.col("n") > 1)
+    return split["instance_id"]
+
+
 @lasting
 @shared
 def unaligned_instances(store: Store, run_id: int) -> tuple[int, ...]:
@@ -182,8 +200,8 @@ def unaligned_instances(store: Store, run_id: int) -> tuple[int, ...]:
     :func:`comm_items` leaves them out; empty when the run's clocks are one set. Reads
     ``runs.clock_aligned``, ``traces.{rank, host, clock_offset_ns, clock_residual_ns}``,
     ``collectives.{instance_id, rank, end_ns, p2p, op}``."""
-    sets = _clock_sets(store, run_id)
-    if sets is None or len(set(sets.values())) < 2:
+    sets = clock_sets(store, run_id)
+    if sets is None:
         return ()
     rows = store.sql(
         "SELECT DISTINCT instance_id, rank FROM collectives WHERE run_id = ? AND instance_id IS NOT NULL",
@@ -191,27 +209,26 @@ def unaligned_instances(store: Store, run_id: int) -> tuple[int, ...]:
     )
     if rows.is_empty():
         return ()
-    keyed = rows.with_columns(
-        pl.col("rank").replace_strict(sets, default=None, return_dtype=pl.Int64).alias("_set")
-    )
-    split = keyed.group_by("instance_id").agg(pl.col("_set").n_unique().alias("n")).filter(pl.col("n") > 1)
-    return tuple(sorted(int(i) for i in split["instance_id"].to_list()))
+    return tuple(sorted(int(i) for i in _across_sets(rows, sets).to_list()))
 
 
 def unaligned_note(store: Store, run_id: int) -> str | None:
-    """The note on :func:`unaligned_instances` (None when there are none)."""
-    cut = unaligned_instances(store, run_id)
-    if not cut:
+    """The note on :func:`unaligned_instances` and the point-to-point pairs :func:`p2p_items`
+    leaves out for the same reason (None when there are none)."""
+    n = len(unaligned_instances(store, run_id)) + _p2p_across_sets(store, run_id)
+    if not n:
         return None
     return (
-        f"{len(cut)} matched collective(s) or transfer(s) join ranks whose clocks could not be aligned to "
+        f"{n} matched collective(s) or transfer(s) join ranks whose clocks could not be aligned to "
         "each other (no collective with end times links their sets: runs.clock_aligned is false; e.g. "
         "pipeline stages on different hosts linked by send / recv only): their arrival skews and waits "
         "are on different clocks, so they are left out"
     )
 
 
-def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFrame:
+def p2p_items(
+    store: Store, run_id: int, source: str | None = None, *, _all_sets: bool = False
+) -> pl.DataFrame:
     """The point-to-point ops that matching left unmatched (no process group and sequence number,
     e.g. gloo's send / recv), paired across ranks, as :func:`comm_items` rows: the one definition of
     a point-to-point wait (``critical_path``'s account, the communication verdict and
@@ -238,6 +255,9 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
     Args:
         source: The collectives source (default: the one with the most unmatched point-to-point
             rows).
+
+      5. A pair whose two ranks lie in clock sets that could not be aligned to each other
+         (:func:`clock_sets`) is left out: its arrivals are on different clocks.
 
     Returns:
         Frame as :func:`comm_items` (n_ranks 2, instance_id negative so that it meets no stored
@@ -290,7 +310,23 @@ def p2p_items(store: Store, run_id: int, source: str | None = None) -> pl.DataFr
         return df
     # the pair's ranks hold a send and a recv, never two of one kind
     both = pl.col("op").n_unique().over("instance_id") == 2
-    return df.filter(both)
+    df = df.filter(both)
+    # a pair across clock sets that could not be aligned to each other has no measurable wait
+    # (as :func:`unaligned_instances` for the stored instances)
+    sets = None if _all_sets else clock_sets(store, run_id)
+    if sets is not None and not df.is_empty():
+        df = df.filter(~pl.col("instance_id").is_in(_across_sets(df, sets).to_list()))
+    return df
+
+
+def _p2p_across_sets(store: Store, run_id: int) -> int:
+    """How many of the run's point-to-point pairs (:func:`p2p_items`, its default source) join
+    clock sets that could not be aligned to each other (0 when the clocks are one set)."""
+    sets = clock_sets(store, run_id)
+    if sets is None:
+        return 0
+    pairs = p2p_items(store, run_id, _all_sets=True)
+    return len(_across_sets(pairs, sets)) if not pairs.is_empty() else 0
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,23 @@ def write_rank(
     return path
 
 
+def two_host_tp_run(folder: Path, spans: dict[int, list[tuple[float, float]]]) -> Path:
+    """Write 4 NCCL ranks on two hosts: tensor-parallel groups "1" = [0, 1] (node-0) and "2" = [2, 3]
+    (node-1, 3000 us ahead), steps 1 and 2 at 0 and 1000 us (+3000 on node-1); rank r's i-th span
+    (start, end) in ``spans[r]`` (us, before the host's lead) is an all_reduce kernel of Seq i + 1,
+    launched 8 us before it. Returns ``folder``."""
+    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    for r in range(4):
+        ahead = 3000 if r >= 2 else 0
+        events = [step(1, ahead, 1000), step(2, ahead + 1000, 1000)]
+        for i, (a, b) in enumerate(spans[r]):
+            args = collective_args("allreduce", i + 1, pg=str(1 + r // 2), ranks=[r // 2 * 2, r // 2 * 2 + 1])
+            events.append(launch(ahead + a - 8, 70 + i))
+            events.append(kernel(ar, 20, ahead + a, b - a, 70 + i, **args))
+        write_rank(folder / f"r{r}.json", events, r, world=4, backend="nccl", host=f"node-{r // 2}")
+    return folder
+
+
 def micro_trace(
     names: list[str], rank: int = 0, world: int = 1, base_ns: int = 1_700_000_000_000_000_000
 ) -> dict:

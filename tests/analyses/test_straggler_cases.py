@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.builders import BASE, collective_args, kernel, launch, step, write_rank
+from tests.builders import BASE, collective_args, kernel, launch, step, two_host_tp_run, write_rank
 from tests.conftest import analyze, case
 from traceprof.analyses import _replay, _whatif_fix, stragglers
 from traceprof.engine.findings import summarize
@@ -737,10 +737,12 @@ def test_sequence_numbers_with_different_strides_fall_back_to_order(store, tmp_p
 
 
 def test_sequence_numbers_landing_in_different_steps_fall_back_to_order(store, tmp_path):
-    # Rank 0's seqs 1..4 lie in steps 1, 1, 2, 2; rank 1's in steps 1, 2, 2, 2 with seqs 1, 2, 3,
-    # 4 (same stride): seq 2 would pair step 1 of rank 0 with step 2 of rank 1. 1 of 4 keys spans
-    # two steps (25% > 10%): matched by order within the step instead.
-    write_rank(tmp_path / "run" / "r0.json", _nccl([1, 2, 3, 4], [1, 1, 2, 2]), 0, backend="nccl")
+    # Rank 0's seqs 1..4 lie in steps 1, 1, 1, 2; rank 1's in steps 1, 2, 2, 2 with seqs 1, 2, 3,
+    # 4 (same stride): seqs 2 and 3 would pair step 1 of rank 0 with step 2 of rank 1, neither
+    # astride the boundary (rank 0's Seq 2 is not its last of step 1, rank 1's Seq 3 not its first of
+    # step 2; steps 1, 1, 2, 2 on rank 0 made Seq 2 one collective astride it, matched by pg_seq).
+    # 2 of 4 keys span two steps (50% > 10%): matched by order within the step instead.
+    write_rank(tmp_path / "run" / "r0.json", _nccl([1, 2, 3, 4], [1, 1, 1, 2]), 0, backend="nccl")
     write_rank(tmp_path / "run" / "r1.json", _nccl([1, 2, 3, 4], [1, 2, 2, 2]), 1, backend="nccl")
     ingest(store, [tmp_path / "run"], run="steps")
     methods = store.sql("SELECT DISTINCT match_method FROM collective_instances").rows()
@@ -1537,17 +1539,9 @@ def test_unaligned_clock_sets_whatif_each_step_from_each_sets_own_start(store, t
     r2 [3500, 3700], r3 [3530, 3700]: 200; job 200 (before 3700 - 100 = 3600). Step 2: node-0 r0
     [1100, 1500], r1 [1200, 1500]: 400; node-1 r2, r3 [4600, 4700]: 100; job 400 (before 4700 -
     1100 = 3600)."""
-    ar = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
     spans = {0: [(100, 300), (1100, 1500)], 1: [(120, 300), (1200, 1500)], 2: [(500, 700), (1600, 1700)]}
     spans[3] = [(530, 700), (1600, 1700)]
-    for r in range(4):
-        ahead = 3000 if r >= 2 else 0
-        events = [step(1, ahead, 1000), step(2, ahead + 1000, 1000)]
-        for i, (a, b) in enumerate(spans[r]):
-            args = collective_args("allreduce", i + 1, pg=str(1 + r // 2), ranks=[r // 2 * 2, r // 2 * 2 + 1])
-            events.append(launch(ahead + a - 8, 70 + i))
-            events.append(kernel(ar, 20, ahead + a, b - a, 70 + i, **args))
-        write_rank(tmp_path / "tp" / f"r{r}.json", events, r, world=4, backend="nccl", host=f"node-{r // 2}")
+    two_host_tp_run(tmp_path / "tp", spans)
     ingest(store, [tmp_path / "tp"], run="tp")
     res = analyze(store, "whatif", "tp")
     assert res.frame.sort("step").select("step", "actual_ns").rows() == [(1, 200_000), (2, 400_000)]

@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from tests.builders import BASE, collective_args, gloo_rank, kernel, launch, step, write_rank
+from tests.builders import BASE, collective_args, gloo_rank, kernel, launch, step, two_host_tp_run, write_rank
 from tests.conftest import SAMPLES, analyze, corpus
 from traceprof.ingest import matching
 from traceprof.ingest.ingest import ingest
@@ -1374,3 +1374,34 @@ def test_groups_sharing_a_name_without_member_lists_are_not_matched(store, tmp_p
             for w in res.warnings
         ), res.warnings
     assert offsets == [(r, 0) for r in range(4)]
+
+
+def test_a_collective_launched_just_before_its_step_still_matches_by_its_sequence_number(store, tmp_path):
+    """Two hosts, all_reduce Seq 1 and 2 in groups "1" = [0, 1] (node-0) and "2" = [2, 3] (node-1,
+    3 ms ahead); steps 1 and 2 at 0 and 1000 us (+3000 on node-1), each launch 8 us before its kernel.
+    Rank 0 launches Seq 1 at -8 us (before ProfilerStep#1: no step) and Seq 2 at 992 (step 1); rank 1
+    launches them at 12 (step 1) and 1092 (step 2). Seq 2 lies in steps 1 and 2: one collective
+    astride the step boundary (the last of rank 0's step 1, the first of rank 1's step 2), so the
+    group's sequence numbers stay per group. By hand: (pg 1, Seq 1) = {r0 at 0, r1 at 20 us},
+    (pg 1, Seq 2) = {r0 at 1000, r1 at 1100}, all pg_seq, no note; rank 1's clock offset 0 (one
+    host). Before: 1 of 2 keys in different steps > 10 %, matched by order within the step (r0 Seq 2
+    with r1 Seq 1) and rank 1 shifted +1,200,000 ns."""
+    spans = {0: [(0, 200), (1000, 1400)], 1: [(20, 200), (1100, 1400)], 2: [(500, 700), (1600, 1700)]}
+    spans[3] = [(530, 700), (1600, 1700)]
+    two_host_tp_run(tmp_path / "tp", spans)
+    summary = ingest(store, [tmp_path / "tp"], run="tp")
+    assert not [w for w in summary.warnings if "cannot be per group" in w]
+    assert store.sql("SELECT rank, clock_offset_ns FROM traces ORDER BY rank").rows() == [
+        (r, 0) for r in range(4)
+    ]
+    got = store.sql(
+        "SELECT pg, seq, list(rank ORDER BY rank), list(start_ns - $1 ORDER BY rank), any_value(match_method) "
+        "FROM collectives GROUP BY instance_id, pg, seq ORDER BY pg, seq",
+        [BASE],
+    ).rows()
+    assert got == [
+        ("1", 1, [0, 1], [0, 20_000], "pg_seq"),
+        ("1", 2, [0, 1], [1_000_000, 1_100_000], "pg_seq"),
+        ("2", 1, [2, 3], [3_500_000, 3_530_000], "pg_seq"),
+        ("2", 2, [2, 3], [4_600_000, 4_600_000], "pg_seq"),
+    ]

@@ -31,8 +31,25 @@ def _bad_groups_ref(ided: pl.DataFrame, cid: pl.DataFrame) -> pl.DataFrame:
     cid = cid.filter(pl.col("p2p"))
     if ided.is_empty() and cid.is_empty():
         return pl.DataFrame(schema={**{c: ided.schema[c] for c in _GROUP}, "why": pl.Utf8})
+    # a key astride a step boundary (two adjacent steps, each row the last of its rank's in the earlier
+    # step or the first in the later one) counts as one step
+    ided = ided.with_columns(
+        (pl.col("seq") == pl.col("seq").min().over([*_GROUP, "rank", "step"])).alias("first_in"),
+        (pl.col("seq") == pl.col("seq").max().over([*_GROUP, "rank", "step"])).alias("last_in"),
+        pl.col("step").min().over([*_GROUP, "seq"]).alias("k_lo"),
+        pl.col("step").max().over([*_GROUP, "seq"]).alias("k_hi"),
+    )
+    at_edge = (
+        pl.col("step").is_null()
+        | ((pl.col("step") == pl.col("k_lo")) & pl.col("last_in"))
+        | ((pl.col("step") == pl.col("k_hi")) & pl.col("first_in"))
+    )
     keys = ided.group_by([*_GROUP, "seq"]).agg(
-        pl.col("rank").n_unique().alias("n"), pl.col("step").drop_nulls().n_unique().alias("steps")
+        pl.col("rank").n_unique().alias("n"),
+        pl.when(((pl.col("step").max() - pl.col("step").min()) == 1) & at_edge.all())
+        .then(1)
+        .otherwise(pl.col("step").drop_nulls().n_unique())
+        .alias("steps"),
     )
     cross = (
         keys.filter(pl.col("n") >= 2)

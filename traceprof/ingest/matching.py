@@ -21,7 +21,10 @@ Algorithm:
      + ``Seq``, Flight Recorder ``collective_seq_id`` / ``p2p_seq_id``, NDTimeline groups) match on
      (source, pg, pg_ranks, family, seq), family = p2p or collective: method ``pg_seq``.
   3. Sequence numbers that cannot be per group are detected per (source, pg, pg_ranks, family):
-     more than :data:`CROSS_STEP_SHARE` of its multi-rank keys hold rows of different steps, or its
+     more than :data:`CROSS_STEP_SHARE` of its multi-rank keys hold rows of different steps (a key
+     astride a step boundary, its rows in two adjacent steps, each the last of its rank's rows of
+     the group in the earlier step or the first in the later one, is one collective launched just
+     before a step marker on one rank and just after it on another: it counts as one step), or its
      ranks step their sequence numbers by different median strides (a counter shared with other
      groups; ranks with at least :data:`MIN_STRIDE_DIFFS` steps), or (point-to-point) more than
      that share of its keys are held by three or more ranks (a transfer has two ends; per-rank p2p
@@ -497,10 +500,19 @@ _GROUP = "source, g_pg, g_ranks, p2p"
 #: Step 3 (module doc): the groups whose sequence numbers cannot be per group, each with its
 #: reason (``why``); of several reasons the first listed here. Reads ``_match_rows``.
 _BAD = f"""
-WITH ided AS (SELECT * FROM _match_rows WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL),
-keys AS (
+WITH ided AS (
+  SELECT *, seq = min(seq) OVER w AS first_in, seq = max(seq) OVER w AS last_in,
+         min(step) OVER k AS k_lo, max(step) OVER k AS k_hi
+  FROM _match_rows WHERE comms_id IS NULL AND pg IS NOT NULL AND seq IS NOT NULL
+  WINDOW w AS (PARTITION BY {_GROUP}, rank, step), k AS (PARTITION BY {_GROUP}, seq)
+),
+keys AS (  -- steps: of a key not astride a step boundary (its rows in two adjacent steps, each the last of its
+  -- rank's rows of the group in the earlier step or the first in the later one: one collective that one rank
+  -- launched just before its step marker and another just after it), the distinct steps of its rows; else 1
   SELECT {_GROUP}, seq, count(DISTINCT rank) + (count(rank) < count(*))::INT AS n,
-         count(DISTINCT step) AS steps, max(group_size) AS size
+         CASE WHEN max(step) - min(step) = 1 AND bool_and(step IS NULL OR (step = k_lo AND last_in)
+                                                           OR (step = k_hi AND first_in))
+              THEN 1 ELSE count(DISTINCT step) END AS steps, max(group_size) AS size
   FROM ided GROUP BY ALL
 ),
 crowded AS (  -- collectives, members unknown, and more ranks hold a sequence number than the group has

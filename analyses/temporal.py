@@ -385,5 +385,41 @@ def run(store: Store, params: Params) -> Result:
             )
         )
     notes += graph_level_notes(store, run_id)
-    notes += [n for n in (excluded_note(store, run_id, params.hta),) if n]
+    notes += [
+        n for n in (excluded_note(store, run_id, params.hta), _outside_steps_note(per_rank, per_step)) if n
+    ]
     return Result(frame=per_rank, steps=per_step, devices=per_device, notes=tuple(notes))
+
+
+# ranks named with their figure in the outside-steps note; the rest counted
+_OUTSIDE_NAMED = 5
+
+
+def _outside_steps_note(per_rank: pl.DataFrame, per_step: pl.DataFrame) -> str:
+    """The time of each rank's activity window (``frame.window_ns``, ns) that no step span holds
+    (the window less the sum of its steps' ``window_ns``): activity launched before the first step's
+    work or after the last step's (a step cut at the trace's edge, a copy whose launch the trace lacks),
+    which the steps table leaves out, so that its parts sum to less than the rank's. ``""`` when
+    every rank with steps is tiled whole (ranks without steps have no rows there)."""
+    if per_step.is_empty() or per_rank.is_empty():
+        return ""
+    spans = per_step.group_by("rank").agg(pl.col("window_ns").sum().alias("steps_ns"))
+    out = (
+        per_rank.select("rank", "window_ns")
+        .join(spans, on="rank", how="inner")
+        .with_columns((pl.col("window_ns") - pl.col("steps_ns")).alias("outside_ns"))
+        .filter(pl.col("outside_ns") > 0)
+        .sort(["outside_ns", "rank"], descending=[True, False])
+    )
+    if out.is_empty():
+        return ""
+    named = ", ".join(
+        f"rank {r['rank']} {_common.ms(r['outside_ns'])} of {_common.ms(r['window_ns'])}"
+        for r in out.head(_OUTSIDE_NAMED).iter_rows(named=True)
+    )
+    more = f" and {out.height - _OUTSIDE_NAMED} more rank(s)" if out.height > _OUTSIDE_NAMED else ""
+    return (
+        f"activity outside every step span (before the first step's work or after the last step's: a step "
+        f"cut at the trace's edge, work launched outside the steps) is left out of the steps table, whose "
+        f"parts then sum to less than the rank's: {named}{more}"
+    )

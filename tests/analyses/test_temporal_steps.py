@@ -55,3 +55,22 @@ def test_temporal_steps_partition_the_rank_with_a_comm_across_the_boundary(store
     # non-compute is only communication here: it is overlap's exposed communication, step by step
     ov = {r["step"]: r["exposed_comm_ns"] for r in analyze(store, "overlap", "x").steps.iter_rows(named=True)}
     assert {s: steps[s]["non_compute_ns"] for s in steps} == ov == {1: 50_000, 2: 10_000}
+
+
+def test_temporal_steps_note_the_activity_outside_every_step(store, tmp_path):
+    """t17: the steps table left out activity outside every step span without a word. Hand value
+    (the trace above): rank window 220 us less the spans 120 + 40 = 160 us: [170, 230) = 60 us (K3,
+    launched after the last step, 10 us, and the idle around it) is outside, named with the window."""
+    kineto(tmp_path / "rank0.json.gz", EVENTS)
+    ingest(store, [tmp_path / "rank0.json.gz"], run="x")
+    te = analyze(store, "temporal", "x")
+    said = [n for n in te.notes if n.startswith("activity outside every step span")]
+    assert len(said) == 1 and said[0].endswith(": rank 0 60 us of 220 us"), te.notes
+
+
+def test_temporal_steps_tiled_whole_say_nothing(store, tmp_path):
+    """Without K3 the spans [10, 130) + [130, 170) = 160 us are the whole window [10, 170): no note."""
+    kineto(tmp_path / "rank0.json.gz", [e for e in EVENTS if e.get("name") != "K3"])
+    ingest(store, [tmp_path / "rank0.json.gz"], run="x")
+    te = analyze(store, "temporal", "x")
+    assert not [n for n in te.notes if n.startswith("activity outside every step span")], te.notes

@@ -201,21 +201,32 @@ def test_a_rank_file_copied_with_an_event_removed_and_its_rank_edited_is_refused
     of other pids at the same times, hand-built as /work/shared/cases/deepep_comm_kernels: no copy.)"""
     d = _sample_copy(tmp_path / "job")
     one = d / "rank1.trace.json.gz"
+    _near_copy(one, d / "rank3.trace.json.gz")
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [d], jobs=1)
+    _assert_near_copy_refused(str(e.value), one)
+    assert store.runs().height == 0
+
+
+def _near_copy(one: Path, dest: Path) -> None:
+    """Write ``one`` (a sample rank 1 file) less its first ``aten::mm``, its rank edited to 3, at ``dest``."""
     doc = json.loads(gzip.decompress(one.read_bytes()))
     first_mm = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("name") == "aten::mm")
     del doc["traceEvents"][first_mm]
     doc["distributedInfo"]["rank"] = 3
-    (d / "rank3.trace.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
-    with pytest.raises(TraceFormatError) as e:
-        ingest(store, [d], jobs=1)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def _assert_near_copy_refused(msg: str, one: Path) -> None:
+    """Rule 3's near-copy refusal of rank 3 as a copy of rank 1 (``one``), run 'job'."""
     assert re.search(
         r"rank3\.trace\.json\.gz: distributedInfo\.rank: rank 3, but 12[78] of 128 of its events sampled \(by a hash "
         r"of name, start and duration in ns\) are at the very times of events of rank 1 in "
         + re.escape(f"{one} (host 'vm', pid {_pid(one)} both): one process's trace under two ")
         + r"ranks, a near-copy of one rank's file with its rank edited; run 'job' not stored: leave the copy out$",
-        str(e.value),
-    ), str(e.value)
-    assert store.runs().height == 0
+        msg,
+    ), msg
 
 
 def _pid(path: Path) -> str:
@@ -344,3 +355,50 @@ def test_two_hand_built_ranks_of_other_pids_at_one_time_are_stored(store, tmp_pa
         (d / f"r{rank}.json").write_text(json.dumps(doc))
     ingest(store, [d], jobs=1)
     assert _runs(store) == {"job": (2, 2)}
+
+
+def test_a_copy_of_a_stored_rank_appended_to_its_run_is_refused(store, tmp_path):
+    """t17 nc_exact: ranks 0-2 of a run ingested, then rank 1's file with its rank edited to 3 ingested
+    into the same run (--run): it was stored as the run's 4th rank (exit 0, silent), though the same
+    four files in one ingest are refused. Hand values: rank 3's 2 events (ProfilerStep at T0, 100 us;
+    aten::mm, 1 us) are rank 1's row for row, host 'vm', pid 101 both: refused with rule 3's text,
+    naming rank 1's stored file; the run keeps its 3 traces, 3 ranks."""
+    d = tmp_path / "job"
+    _rank_file(d / "rank0.json", 0, T0, pid=100, world=4)
+    one = _rank_file(d / "rank1.json", 1, T0, pid=101, world=4)
+    _rank_file(d / "rank2.json", 2, T0, pid=102, world=4)
+    ingest(store, [d / f"rank{r}.json" for r in range(3)], run="job", jobs=1)
+    doc = json.loads(one.read_text())
+    doc["distributedInfo"]["rank"] = 3
+    later = tmp_path / "later" / "rank3.json"
+    later.parent.mkdir()
+    later.write_text(json.dumps(doc, indent=1))
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [later], run="job", jobs=1)
+    assert str(e.value).endswith(
+        f"rank 3, but its 2 events are, row for row, those of rank 1 in {one} (host 'vm', pid 101 both): one "
+        "process's trace under two ranks, a copy of one rank's file with its rank edited; run 'job' not stored: "
+        "leave the copy out"
+    ), str(e.value)
+    assert _runs(store) == {"job": (3, 3)}
+
+
+def test_a_near_copy_of_a_stored_rank_appended_to_its_run_is_refused(store, tmp_path):
+    """t17 nc_basic: sample normal ranks 0-2 stored as run 'job', then rank 3 = rank 1 less its first
+    ``aten::mm``, rank edited, ingested into 'job': stored as a 4th rank before. Its 2912 events are
+    2912 of rank 1's 2913 (99.97 %): 127 or 128 of the 128 sampled hashes shared, over NEAR, same pid:
+    refused as in one ingest, naming rank 1's stored file; the run keeps 3 ranks. Rank 3's real file
+    appended after that is stored (4 ranks), and the sample folder ingested again is already stored."""
+    d = _sample_copy(tmp_path / "job")
+    one = d / "rank1.trace.json.gz"
+    ingest(store, [d / f"rank{r}.trace.json.gz" for r in range(3)], run="job", jobs=1)
+    copy = tmp_path / "copy" / "rank3.trace.json.gz"
+    _near_copy(one, copy)
+    with pytest.raises(TraceFormatError) as e:
+        ingest(store, [copy], run="job", jobs=1)
+    _assert_near_copy_refused(str(e.value), one)
+    assert _runs(store) == {"job": (3, 3)}
+    ingest(store, [d / "rank3.trace.json.gz"], run="job", jobs=1)
+    assert _runs(store) == {"job": (4, 4)}
+    again = ingest(store, [d], jobs=1)
+    assert not again.added and len(again.skipped) == 4

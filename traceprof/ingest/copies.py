@@ -23,7 +23,12 @@ The rule (README.md "Runs and copies"), within one ingest and across ingests ali
      rank; hand-built ranks of other pids at one time, as in /work/shared/cases/deepep_comm_kernels, are
      no copy); the same host and pid recorded at
      overlapping times with other events is a warning (containers that share a host name and a pid
-     namespace's numbers could do that) (:func:`check_processes`).
+     namespace's numbers could do that) (:func:`check_processes`). Files added to a run already
+     stored are held to this rule against the run's stored traces of their source too, with the same
+     refusal (:func:`check_stored`; t17 nc_exact, nc_basic: a copy of rank 1 ingested later as rank 3
+     was stored as the run's 4th rank): the stored trace's sketch is taken again from its stored events
+     (name, ``ts_ns`` less its ``clock_offset_ns``, ``dur_ns``), and an exact copy is its stored
+     events, row for row, less ``args``.
 """
 
 from __future__ import annotations
@@ -41,8 +46,22 @@ from traceprof.storage.identity import epoch_span, process_id
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["events_digest", "once", "stored_copies", "same_runs", "check_processes", "Earlier"]
+__all__ = [
+    "events_digest",
+    "once",
+    "stored_copies",
+    "same_runs",
+    "check_processes",
+    "check_stored",
+    "Earlier",
+]
 
+
+#: Rule 3's words for a near-copy, before the other file's rank.
+_NEAR_WHAT = (
+    "{n} of {of} of its events sampled (by a hash of name, start and duration in ns) are at the very times of "
+    "events of rank"
+)
 
 #: Event columns the digest leaves out: ``args`` is the source's text as written, whose spacing a
 #: JSON rewrite (``json.dump`` of a file whose rank was edited) changes while the events do not.
@@ -198,8 +217,7 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
                     field,
                     other,
                     pt,
-                    f"{n} of {of} of its events sampled (by a hash of name, start and duration in ns) are at the "
-                    f"very times of events of rank",
+                    _NEAR_WHAT.format(n=n, of=of),
                     "near-",
                 )
     for pt in traces:
@@ -210,6 +228,90 @@ def check_processes(name: str, traces: list[ParsedTrace], warnings: list[str], f
         if host:
             pts = sorted(pts, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1))
             _overlapping(name, host, pid, pts, warnings)
+
+
+def check_stored(store: Any, name: str, traces: list[ParsedTrace], field: str) -> None:
+    """Rule 3 of the module doc between ``traces``, about to be added to run ``name``, and the run's
+    stored traces (none when the run is new): refuse a new trace whose events are, row for row, a
+    stored trace's of another rank and the same source (both stating a host), or a near-copy of one
+    of the same pid, with :func:`check_processes`' refusal.
+
+    Reads ``traces`` (rank, source, path, host, pid, events_kept, events_digest, events_sketch and
+    ``events`` (ns)) and, of the run's stored traces of those sources that state a host and whose
+    pid or events_kept is a new trace's, ``traces.path, rank, source, host, pid, events_kept,
+    clock_offset_ns`` and their events' ``name``, ``ts_ns``, ``dur_ns`` (ns; less the trace's
+    clock offset: as parsed), and for an exact copy every ``events`` column the new rows hold but
+    ``args``, ``run_id``, ``rank`` and ``trace_id``. Linear in the events of those stored traces.
+
+    Raises:
+        TraceFormatError: What :func:`check_processes` raises for a copy, the stored file named as
+            the other file.
+    """
+    row = store.con.execute("SELECT run_id FROM runs WHERE name = ?", [name]).fetchone()
+    new = [pt for pt in traces if pt.trace.get("host") and pt.events_digest is not None]
+    if row is None or not new:
+        return
+    stored = store.con.execute(
+        "SELECT trace_id, path, rank, source, host, pid, events_kept, coalesce(clock_offset_ns, 0) FROM traces "
+        "WHERE run_id = ? AND coalesce(host, '') <> '' ORDER BY trace_id",
+        [row[0]],
+    ).fetchall()
+    # candidates by (source, pid) for a near-copy and (source, events_kept) for an exact one: each new
+    # trace meets only those (linear in the traces, not new x stored)
+    by_key: dict[tuple[str, str, object], list[tuple[Any, ...]]] = {}
+    for t in stored:
+        by_key.setdefault((t[3], "pid", None if t[5] is None else str(t[5])), []).append(t)
+        by_key.setdefault((t[3], "kept", t[6]), []).append(t)
+    sketches: dict[int, tuple[int, ...] | None] = {}
+    for pt in sorted(new, key=lambda pt: (pt.path, pt.rank if pt.rank is not None else -1)):
+        pid = process_id(pt)
+        near = by_key.get((pt.source, "pid", pid), []) if pid is not None else []
+        same = by_key.get((pt.source, "kept", pt.events_kept), [])
+        for trace_id, path, rank, source, host, spid, kept, offset in dict.fromkeys(near + same):
+            if rank == pt.rank or path == pt.path:
+                continue
+            exact = kept == pt.events_kept
+            if trace_id not in sketches:  # each stored trace's events read once
+                sketches[trace_id] = sketch.events_sketch(
+                    store.con.sql(
+                        "SELECT name, ts_ns - ? AS ts_ns, dur_ns FROM events WHERE trace_id = ?",
+                        params=[offset, trace_id],
+                    ).to_arrow_table()
+                )
+            sk = sketches[trace_id]
+            other = ParsedTrace(
+                str(path), "", 0, str(source), "", rank, None, trace={"host": host, "pid": spid}
+            )
+            if exact and sk == pt.events_sketch and _same_rows(store, pt, trace_id, int(offset)):
+                _refuse(
+                    name, field, other, pt, f"its {pt.events_kept} events are, row for row, those of rank"
+                )
+            if sk is not None and pt.events_sketch is not None and spid is not None and str(spid) == pid:
+                n, of = sketch.shared(sk, pt.events_sketch)
+                if n >= sketch.NEAR * of:
+                    _refuse(name, field, other, pt, _NEAR_WHAT.format(n=n, of=of), "near-")
+
+
+def _same_rows(store: Any, pt: ParsedTrace, trace_id: int, offset: int) -> bool:
+    """Whether ``pt.events`` holds, row for row, stored trace ``trace_id``'s events (its ``ts_ns``
+    less ``offset`` ns), in every column both hold but ``args`` (:data:`UNDIGESTED`); False when
+    ``pt``'s events are no longer held (the near-copy rule still applies)."""
+    if pt.events is None:
+        return False
+    kept = {r[0] for r in store.con.execute("DESCRIBE events").fetchall()} - {"run_id", "rank", "trace_id"}
+    cols = [c for c in pt.events.column_names if c in kept and c not in UNDIGESTED]
+    mine = ", ".join(f'CAST(n."{c}" AS VARCHAR)' for c in cols)
+    theirs = ", ".join(f'CAST(e."{c}"{" - ?" if c == "ts_ns" else ""} AS VARCHAR)' for c in cols)
+    store.con.register("_copy_check_new", pt.events)
+    try:
+        ((left,),) = store.con.execute(
+            f"SELECT count(*) FROM (SELECT {mine} FROM _copy_check_new n EXCEPT ALL "
+            f"SELECT {theirs} FROM events e WHERE e.trace_id = ?)",
+            [offset, trace_id],
+        ).fetchall()
+    finally:
+        store.con.unregister("_copy_check_new")
+    return int(left) == 0
 
 
 def _refuse(name: str, field: str, other: ParsedTrace, pt: ParsedTrace, what: str, near: str = "") -> None:

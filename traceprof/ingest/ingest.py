@@ -668,6 +668,7 @@ def ingest(
                 limits.drop_run_long_text(traces, on_bad_event)
             _settle_ranks(name, traces, result, named=run is not None)
             copies.check_processes(name, traces, result.warnings, _field(traces[0], "rank_field"))
+            copies.check_stored(store, name, traces, _field(traces[0], "rank_field"))
         if len(by_run) > 1:  # a refused run must leave no other run of this ingest stored
             store.check_runs(by_run, force=force_run)
         for name, traces in by_run.items():

@@ -66,8 +66,12 @@ def _check_case_musts(s: Store) -> None:
     assert steps == [
         (n + 1, CASE_EPOCH + b + 20_000, CASE_EPOCH + b + 820_000) for n, b in enumerate(STEPS_B)
     ]
+    # temporal's step spans tile the rank (each starts where the previous step's activity ended): step 1
+    # [B1+20000, B1+820000] = 800000 busy; steps 2 and 3 start at the previous graph's end, 1000000 each
+    # with the lane's 200000 gap idle; the steps sum to the rank's window 2800000 and idle 400000.
     per_step = analyze(s, "temporal").steps.sort("step")
-    assert per_step["window_ns"].to_list() == [800_000] * 3 and per_step["idle_ns"].to_list() == [0] * 3
+    assert per_step["window_ns"].to_list() == [800_000, 1_000_000, 1_000_000]
+    assert per_step["idle_ns"].to_list() == [0, 200_000, 200_000]
 
 
 def test_graph_level_case_musts(tmp_path: Path) -> None:

@@ -240,11 +240,19 @@ def test_runs_not_comparable(store, tmp_path):
 
 def test_collectives_without_sizes_give_no_comm_bytes(store):
     # HTA's trace_diff control run: an old Kineto trace whose 10 collectives per step carry no
-    # collective metadata (bytes_in and bytes_out NULL on every row): comm_bytes read "0 B -> 0 B
-    # unchanged", a figure nothing measured. Not compared, and a note says why.
+    # collective metadata (no `In msg nelems`): comm_bytes read "0 B -> 0 B unchanged", a figure
+    # nothing measured. Its all-reduces are now sized from their annotation's Input Dims (18 of 60);
+    # its 42 all-to-alls are not: with every size dropped it is not compared, and a note says why.
     ingest(store, [corpus("hta/trace_diff/control")])
     sized = store.sql("SELECT count(*), count(coalesce(bytes_in, bytes_out)) FROM collectives").row(0)
-    assert sized[0] > 0 and sized[1] == 0
+    assert sized == (60, 18)
+    partly = _same(store, "control")
+    assert partly.frame.filter(pl.col("metric") == "comm_bytes")["cand"].item() > 0
+    assert any(
+        n.startswith("comm_bytes sums the collectives of known size only: unknown in 'control' 42 of 60 ")
+        for n in partly.notes
+    ), partly.notes
+    store.sql("UPDATE collectives SET bytes_in = NULL, bytes_out = NULL")
     res = _same(store, "control")
     assert "comm_bytes" not in res.frame["metric"].to_list()
     assert res.frame.filter(pl.col("metric") == "collectives")["cand"].item() == 10

@@ -428,6 +428,17 @@ def compare_profiles(
             f"comm_bytes not compared: the sizes of the collectives are unknown in {', '.join(map(repr, unsized))} "
             "(bytes_in / bytes_out NULL: a trace without collective metadata), so its bytes per step are n/a"
         )
+    partly = [
+        f"{r.name!r} {r.structure.unsized[0]:,} of {r.structure.unsized[1]:,}"
+        for r in (*bases, cand)
+        if r.structure.bytes_known and r.structure.unsized[0]
+    ]
+    if partly:
+        notes.append(
+            "comm_bytes sums the collectives of known size only: unknown in "
+            + ", ".join(dict.fromkeys(partly))
+            + " collective(s) in steps (a trace that records no size for them)"
+        )
     if forced or blind:  # other device kinds or job sizes count other things per step: shown, not gated
         s_rows = [{**r, "regressed": False} for r in s_rows]
     noisy: list[dict[str, object]] = []
@@ -687,6 +698,7 @@ def _on_common_ranks(
                 s.flops_source,
                 s.bytes_known,
                 None if s.per_step is None else s.per_step.filter(keep),
+                s.unsized,
             ),
             timing=replace(
                 t,

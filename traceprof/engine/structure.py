@@ -86,8 +86,8 @@ GROUP BY ALL
 _COLLECTIVES_WHERE = """WHERE run_id = $run AND step IS NOT NULL
   AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))"""
 _COUNTS_SQL = _COUNTS_SQL.replace("$collectives", _COLLECTIVES_WHERE)
-#: Whether those collectives' sizes are known: none at all, or one with a size (Structure.bytes_known).
-_BYTES_KNOWN_SQL = f"""SELECT count(*) = 0 OR count(coalesce(bytes_in, bytes_out)) > 0 FROM collectives
+#: Those collectives and how many of them have a size (Structure.bytes_known, Structure.unsized).
+_BYTES_KNOWN_SQL = f"""SELECT count(*), count(coalesce(bytes_in, bytes_out)) FROM collectives
 {_COLLECTIVES_WHERE}"""
 
 
@@ -108,6 +108,9 @@ class Structure:
         per_step: Frame with columns rank, step and each of :data:`METRICS`: the values in every
             (rank, step) of the ``steps`` table (0 where a step has none); None for a profile built
             without them (every total is then taken as exact).
+        unsized: (collectives in the run's steps without a size, all of them): ``comm_bytes`` sums
+            the others' (an old Kineto trace sizes an all-reduce from its ``Input Dims``, not an
+            all-to-all); (0, n) when every size is known.
     """
 
     keys: pl.DataFrame
@@ -115,6 +118,7 @@ class Structure:
     flops_source: str | None
     bytes_known: bool = True
     per_step: pl.DataFrame | None = None
+    unsized: tuple[int, int] = (0, 0)
 
     def total(self, metric: str) -> float:
         """The job's value of a metric per step: the sum over ranks."""
@@ -233,7 +237,8 @@ def profile(store: Store, run_id: int) -> Structure:
         .with_columns(pl.col(m).fill_null(0.0) for m in METRICS)
         .sort("rank")
     )
-    known = bool(store.sql(_BYTES_KNOWN_SQL.replace("$run", str(int(run_id)))).item())
+    n_coll, n_sized = store.sql(_BYTES_KNOWN_SQL.replace("$run", str(int(run_id)))).row(0)
+    known = n_coll == 0 or n_sized > 0
     # every (rank, step) of the steps table, a step without a row counting 0 (step 5)
     grid = step_rows.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)).join(
         per_step.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)),
@@ -241,7 +246,7 @@ def profile(store: Store, run_id: int) -> Structure:
         how="left",
     )
     grid = grid.select("rank", "step", *(pl.col(m).fill_null(0.0) for m in METRICS)).sort("rank", "step")
-    return Structure(keys.sort("rank", *_KEYS), totals, source, known, grid)
+    return Structure(keys.sort("rank", *_KEYS), totals, source, known, grid, (n_coll - n_sized, n_coll))
 
 
 def shape_text(kind: str, name: str, sig: str) -> str:

@@ -696,7 +696,6 @@ def _on_common_ranks(
                 s.keys.filter(keep),
                 s.totals.filter(keep),
                 s.flops_source,
-                s.bytes_known,
                 None if s.per_step is None else s.per_step.filter(keep),
                 s.unsized,
             ),

@@ -86,7 +86,7 @@ GROUP BY ALL
 _COLLECTIVES_WHERE = """WHERE run_id = $run AND step IS NOT NULL
   AND (source <> 'fr' OR NOT EXISTS (SELECT 1 FROM collectives WHERE run_id = $run AND source <> 'fr'))"""
 _COUNTS_SQL = _COUNTS_SQL.replace("$collectives", _COLLECTIVES_WHERE)
-#: Those collectives and how many of them have a size (Structure.bytes_known, Structure.unsized).
+#: Those collectives and how many of them have a size (Structure.unsized).
 _BYTES_KNOWN_SQL = f"""SELECT count(*), count(coalesce(bytes_in, bytes_out)) FROM collectives
 {_COLLECTIVES_WHERE}"""
 
@@ -102,9 +102,6 @@ class Structure:
         totals: Frame with columns rank, steps (ProfilerSteps of the rank) and each of
             :data:`METRICS` per step (medians over the rank's steps).
         flops_source: ``shapes``, ``sidecar`` or None (no FLOPs known: ``flops`` is 0).
-        bytes_known: False when the run has collectives in its steps but none with a size
-            (``bytes_in`` / ``bytes_out`` NULL: an old Kineto trace without collective metadata):
-            ``comm_bytes`` is then 0 for want of sizes, not measured.
         per_step: Frame with columns rank, step and each of :data:`METRICS`: the values in every
             (rank, step) of the ``steps`` table (0 where a step has none); None for a profile built
             without them (every total is then taken as exact).
@@ -116,9 +113,16 @@ class Structure:
     keys: pl.DataFrame
     totals: pl.DataFrame
     flops_source: str | None
-    bytes_known: bool = True
     per_step: pl.DataFrame | None = None
     unsized: tuple[int, int] = (0, 0)
+
+    @property
+    def bytes_known(self) -> bool:
+        """False when the run has collectives in its steps but none with a size (``bytes_in`` /
+        ``bytes_out`` NULL: an old Kineto trace without collective metadata): ``comm_bytes`` is then
+        0 for want of sizes, not measured."""
+        missing, of = self.unsized
+        return of == 0 or missing < of
 
     def total(self, metric: str) -> float:
         """The job's value of a metric per step: the sum over ranks."""
@@ -238,7 +242,6 @@ def profile(store: Store, run_id: int) -> Structure:
         .sort("rank")
     )
     n_coll, n_sized = store.sql(_BYTES_KNOWN_SQL.replace("$run", str(int(run_id)))).row(0)
-    known = n_coll == 0 or n_sized > 0
     # every (rank, step) of the steps table, a step without a row counting 0 (step 5)
     grid = step_rows.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)).join(
         per_step.with_columns(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32)),
@@ -246,7 +249,7 @@ def profile(store: Store, run_id: int) -> Structure:
         how="left",
     )
     grid = grid.select("rank", "step", *(pl.col(m).fill_null(0.0) for m in METRICS)).sort("rank", "step")
-    return Structure(keys.sort("rank", *_KEYS), totals, source, known, grid, (n_coll - n_sized, n_coll))
+    return Structure(keys.sort("rank", *_KEYS), totals, source, grid, (n_coll - n_sized, n_coll))
 
 
 def shape_text(kind: str, name: str, sig: str) -> str:

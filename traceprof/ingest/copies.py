@@ -287,9 +287,9 @@ def check_stored(store: Any, name: str, traces: list[ParsedTrace], field: str) -
                     name, field, other, pt, f"its {pt.events_kept} events are, row for row, those of rank"
                 )
             if sk is not None and pt.events_sketch is not None and spid is not None and str(spid) == pid:
-                n, of = sketch.shared(sk, pt.events_sketch)
-                if n >= sketch.NEAR * of:
-                    _refuse(name, field, other, pt, _NEAR_WHAT.format(n=n, of=of), "near-")
+                got = sketch.near(sk, pt.events_sketch)
+                if got is not None:
+                    _refuse(name, field, other, pt, _NEAR_WHAT.format(n=got[0], of=got[1]), "near-")
 
 
 def _same_rows(store: Any, pt: ParsedTrace, trace_id: int, offset: int) -> bool:

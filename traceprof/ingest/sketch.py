@@ -36,7 +36,7 @@ else:
     pa = lazy("pyarrow")
     pc = lazy("pyarrow.compute")
 
-__all__ = ["events_sketch", "shared", "near_pairs", "SKETCH", "NEAR", "MIN_EVENTS"]
+__all__ = ["events_sketch", "shared", "near", "near_pairs", "SKETCH", "NEAR", "MIN_EVENTS"]
 
 #: Hashes kept per trace (bottom-k): the estimate's standard error is at most 1 / (2 sqrt(k)), 4.4 %.
 SKETCH = 128
@@ -103,6 +103,13 @@ def shared(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int]:
     return sum(1 for v in union if v in both), len(union)
 
 
+def near(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int] | None:
+    """(shared, sampled) of two sketches (:func:`shared`) when they share at least :data:`NEAR` of
+    their sample (one process's trace: rule 2 of the module doc), else None."""
+    n, of = shared(a, b)
+    return (n, of) if n >= NEAR * of else None
+
+
 def near_pairs(sketched: list[tuple[T, tuple[int, ...]]]) -> list[tuple[T, T, int, int]]:
     """Rule 3 of the module doc: pairs (earlier, later, shared, sampled) of ``sketched`` items
     (item, sketch), in their order, whose sketches share at least :data:`NEAR` of their sample.
@@ -116,8 +123,8 @@ def near_pairs(sketched: list[tuple[T, tuple[int, ...]]]) -> list[tuple[T, T, in
             if j == i or j in seen:
                 continue
             seen.add(j)
-            n, of = shared(sketched[j][1], sk)
-            if n >= NEAR * of:
-                found.append((sketched[j][0], item, n, of))
+            got = near(sketched[j][1], sk)
+            if got is not None:
+                found.append((sketched[j][0], item, *got))
                 break
     return found
